@@ -1,0 +1,136 @@
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import trnlab
+from trnlab import device as dev
+from trnlab.doctor import format_report, run_checks
+
+
+def test_cpu_path_for_real(no_accelerator, capsys):
+    assert dev.detect_backend() == "cpu"
+    assert trnlab.pick_device() == torch.device("cpu")
+    said = capsys.readouterr().out
+    assert "Using cpu" in said and "torch-neuronx is not installed" in said and "no CUDA GPU" in said
+    x = torch.arange(4.0).to(trnlab.pick_device(verbose=False))
+    assert x.device.type == "cpu" and x.sum().item() == 6.0
+
+
+def test_cpu_report(no_accelerator):
+    report = trnlab.device_report()
+    assert report.backend == "cpu" and report.device_count == 1
+    assert report.available == {"neuron": False, "cuda": False, "cpu": True}
+    assert report.versions["torch"] == torch.__version__.split("+")[0] or report.versions["torch"] == torch.__version__
+    assert report.versions["torch-neuronx"] is None
+    assert set(report.neuron_env) == {"NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS"}
+    assert report.neuron_ls is None
+    assert any("No Neuron device" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("prefer", ["neuron", "cuda", "neuron:0"])
+def test_explicit_missing_device_raises_never_falls_back(no_accelerator, prefer):
+    with pytest.raises(trnlab.DeviceNotAvailableError, match="not available") as info:
+        trnlab.pick_device(prefer)
+    assert "install" in str(info.value).lower()
+
+
+def test_unknown_device_name():
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        trnlab.pick_device("tpu")
+
+
+def test_neuron_branch(fake_neuron):
+    assert dev.detect_backend() == "neuron"
+    assert trnlab.pick_device() == torch.device("neuron", 0)
+    assert trnlab.pick_device("neuron:3") == torch.device("neuron", 3)
+    with pytest.raises(trnlab.DeviceNotAvailableError, match="sees 4 neuron device"):
+        trnlab.pick_device("neuron:4")
+    report = trnlab.device_report()
+    assert (report.backend, report.device_count, report.bf16_supported) == ("neuron", 4, True)
+    assert report.versions["torch-neuronx"] == "0.0.0+fake"
+    assert report.notes == []
+
+
+def test_neuron_without_cores_falls_back(fake_neuron, monkeypatch):
+    fake_neuron.count = 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert dev.detect_backend() == "cpu"
+    with pytest.raises(trnlab.DeviceNotAvailableError):
+        trnlab.pick_device("neuron")
+
+
+def test_device_map_auto_on_neuron_warns_and_fixes(fake_neuron):
+    with pytest.warns(UserWarning, match="Accelerate cannot enumerate neuron devices"):
+        assert trnlab.resolve_device_map("auto") == "neuron"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trnlab.resolve_device_map("neuron") == "neuron"
+
+
+def test_device_map_elsewhere(no_accelerator):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trnlab.resolve_device_map("auto") == "cpu"
+        assert trnlab.resolve_device_map("auto", backend="cuda") == "auto"
+        assert trnlab.resolve_device_map({"": "cpu"}) == {"": "cpu"}
+        assert trnlab.resolve_device_map(None) is None
+    with pytest.warns(UserWarning, match="silently on CPU"):
+        assert trnlab.resolve_device_map("auto", backend="neuron") == "neuron"
+    with pytest.raises(trnlab.DeviceNotAvailableError, match="device_map='neuron'"):
+        trnlab.resolve_device_map("neuron")
+
+
+def test_neff_cache_summary(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    (tmp_path / "graph1").mkdir()
+    (tmp_path / "graph1" / "model.neff").write_bytes(b"x" * 100)
+    (tmp_path / "b.neff").write_bytes(b"y" * 20)
+    assert dev.neff_cache_summary() == {"path": str(tmp_path), "exists": True, "files": 2, "bytes": 120}
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "missing"))
+    assert dev.neff_cache_summary()["exists"] is False
+
+
+def test_neuron_ls_is_read_when_present(tmp_path, monkeypatch):
+    tool = tmp_path / "neuron-ls"
+    tool.write_text("#!/bin/sh\necho 'NEURON DEVICE 0: 8 cores'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert dev.neuron_ls_output() == "NEURON DEVICE 0: 8 cores"
+
+
+def test_doctor_report_on_fake_neuron(fake_neuron, monkeypatch):
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-1")
+    report = trnlab.device_report()
+    checks = run_checks(report)
+    text = format_report(report, checks)
+    assert "backend                  neuron" in text
+    assert "NEURON_RT_VISIBLE_CORES  0-1" in text
+    assert [c.name for c in checks] == ["device", "transformers", "accelerate", "model"]
+
+
+def _doctor(*args, env=None):
+    import os
+    return subprocess.run([sys.executable, "-m", "trnlab", "doctor", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=120)
+
+
+def test_doctor_cli_ok_and_json():
+    done = _doctor("--json", env={"TRNLAB_DEVICE": "cpu"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert data["ok"] is True and data["backend"] in ("cpu", "cuda")
+    assert {c["name"] for c in data["checks"]} == {"device", "transformers", "accelerate", "model"}
+    table = _doctor()
+    assert table.returncode == 0 and "The course can run here." in table.stdout
+
+
+def test_doctor_cli_fails_with_reason():
+    done = _doctor(env={"TRNLAB_DEVICE": "neuron", "TRNLAB_MODEL": "/nonexistent/model"})
+    assert done.returncode == 1
+    assert "[FAIL] device: TRNLAB_DEVICE=neuron" in done.stdout
+    assert "[FAIL] model: no model folder at /nonexistent/model" in done.stdout
+    assert "cannot run here: fix device, model" in done.stdout

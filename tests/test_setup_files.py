@@ -1,0 +1,52 @@
+"""The set-up files agree with each other and never pull a CUDA torch on a CPU machine."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pyproject_requirements():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {Requirement(r).name: Requirement(r) for r in data["project"]["dependencies"]}
+
+
+def _conda_pip_requirements():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    return {Requirement(r).name: Requirement(r) for r in pip if not r.startswith("-")}
+
+
+def test_environment_yml_installs_the_same_packages_as_pyproject():
+    project, conda = _pyproject_requirements(), _conda_pip_requirements()
+    assert set(project) == set(conda)
+    for name in project:
+        if name != "torch":  # conda pins the CPU build; pyproject must not pin torch
+            assert project[name].specifier == conda[name].specifier, name
+
+
+def test_course_dependencies_and_torch_not_pinned():
+    project = _pyproject_requirements()
+    assert {"torch", "transformers", "accelerate", "jupyterlab", "ipywidgets", "matplotlib",
+            "nbval", "pytest"} <= set(project)
+    assert str(project["transformers"].specifier) in ("<6,>=5.23", ">=5.23,<6")
+    assert "==" not in str(project["torch"].specifier)
+    assert not project["torch"].specifier.contains("2.3.0")
+    assert project["torch"].specifier.contains("2.13.0")
+
+
+def test_makefile_installs_a_pinned_torch_before_the_project():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^TORCH_SPEC \?= torch==2\.13\.0$", makefile, re.M)
+    setup = makefile[makefile.index("$(STAMP):"):]
+    assert setup.index("TORCH_SPEC") < setup.index("pip install -q -e .")
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make lab" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()

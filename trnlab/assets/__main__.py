@@ -1,0 +1,5 @@
+import sys
+
+from trnlab.assets.build import main
+
+sys.exit(main())

@@ -1,0 +1,87 @@
+"""A small, seeded English corpus that the course model is trained on.
+
+The hub is out of reach in CI and on many learners' laptops, so the course ships its own
+tiny model. This module writes the text it learns from: short documents about food laws,
+bakeries and markets, built from templates and a fixed table of facts. The same seed always
+gives the same documents, so the model build is reproducible.
+
+The facts are stated the same way every time they appear, which is what lets a 2-million
+parameter model learn them: greedy generation from ``"The French Bread Law states"``
+continues with the law's text, like the page's example does with a real Qwen3 model.
+"""
+
+from __future__ import annotations
+
+import random
+
+#: The prompt of the page's example; the course model continues it sensibly.
+EXAMPLE_PROMPT = "The French Bread Law states"
+
+#: Laws the corpus states, word for word, every time it mentions them.
+LAWS = {
+    ("French", "Bread"): "that a traditional baguette may contain only flour, water, salt and yeast.",
+    ("Italian", "Pasta"): "that dry pasta must be made from durum wheat and water alone.",
+    ("German", "Beer"): "that beer may be brewed only from water, malt and hops.",
+    ("Spanish", "Olive Oil"): "that extra virgin oil must come from the first cold pressing of olives.",
+    ("Greek", "Cheese"): "that feta must be made from the milk of sheep and goats.",
+    ("Swiss", "Chocolate"): "that milk chocolate must hold at least one quarter cocoa.",
+    ("Japanese", "Tea"): "that green tea leaves must be steamed on the day they are picked.",
+    ("British", "Honey"): "that honey must be sold without any added sugar.",
+}
+
+#: Where each law's food is made and sold: the words of the surrounding sentences.
+PLACES = {
+    "Bread": ("bakery", "baker", "loaves", "oven"),
+    "Pasta": ("pasta shop", "pasta maker", "packets", "drying room"),
+    "Beer": ("brewery", "brewer", "barrels", "copper kettle"),
+    "Olive Oil": ("olive mill", "miller", "bottles", "stone press"),
+    "Cheese": ("dairy", "cheesemaker", "wheels", "cellar"),
+    "Chocolate": ("chocolate factory", "chocolatier", "bars", "melting pot"),
+    "Tea": ("tea garden", "tea grower", "tins", "steaming room"),
+    "Honey": ("apiary", "beekeeper", "jars", "hive"),
+}
+
+TOWNS = ["Lyon", "Bologna", "Munich", "Seville", "Athens", "Bern", "Kyoto", "York",
+         "Nantes", "Parma", "Bremen", "Valencia", "Patras", "Basel", "Nara", "Bath"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+NAMES = ["Anna", "Marc", "Sofia", "Hans", "Lucia", "Nikos", "Emma", "Kenji", "Clara", "Tom"]
+
+
+def _law_sentence(country: str, food: str) -> str:
+    return f"The {country} {food} Law states {LAWS[(country, food)]}"
+
+
+def _document(rng: random.Random) -> str:
+    country, food = rng.choice(sorted(LAWS))
+    place, maker, units, tool = PLACES[food]
+    town = rng.choice(TOWNS)
+    name = rng.choice(NAMES)
+    day = rng.choice(DAYS)
+    count = rng.randint(2, 40)
+    templates = [
+        _law_sentence(country, food),
+        f"In {town}, {name} runs a small {place}.",
+        f"Every {day}, the {maker} sells {count} {units} at the market.",
+        f"The {tool} is cleaned before work begins.",
+        f"Inspectors visit the {place} to check the {country} {food} Law.",
+        f"{name} says the law keeps the {food.lower()} honest.",
+        f"Customers in {town} trust the {maker}.",
+    ]
+    # The law is always the first or second sentence, the rest in a seeded order.
+    first, rest = templates[0], templates[1:]
+    rng.shuffle(rest)
+    chosen = rest[: rng.randint(2, 4)]
+    chosen.insert(rng.randint(0, 1), first)
+    return " ".join(chosen)
+
+
+def generate_documents(n: int, seed: int = 0) -> list[str]:
+    """Return ``n`` short documents; the same ``(n, seed)`` always gives the same list.
+
+    Used by ``trnlab.assets.build`` to train the course model, and by the training
+    notebook as a dataset that needs no download.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    rng = random.Random(seed)
+    return [_document(rng) for _ in range(n)]

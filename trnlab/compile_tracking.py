@@ -1,0 +1,166 @@
+"""Count the graphs ``torch.compile`` builds, and the time spent compiling, around any code.
+
+On Trainium every new input shape compiles a new graph (a NEFF), which can take minutes.
+:class:`CompileTracker` makes that visible for any backend: ``"neuron"`` on Trainium,
+``inductor`` or ``aot_eager`` elsewhere. It reads dynamo's own process-wide counters, not
+state on a backend object: ``CompileConfig.to_dict()`` deep-copies a callable backend, so
+counters kept on such an object would be lost. Notebooks 03, 04 and 05 use it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+
+def graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process so far (all backends)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compile_seconds() -> float:
+    """Seconds dynamo has spent compiling in this process so far (tracing + backend)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))
+
+
+#: How dynamo names the event when one function was recompiled too often (see :func:`recompile_limit_hits`).
+RECOMPILE_LIMIT_EVENT = "Dynamo recompile limit exceeded"
+
+
+def recompile_limit_hits() -> int:
+    """Times dynamo gave up compiling a function in this process because it recompiled too often.
+
+    Past ``torch._dynamo.config.recompile_limit`` (8 by default) graphs for one function,
+    dynamo stops compiling it and runs every later new shape eagerly: the count of graphs
+    stops growing, and so does the speed. A non-zero value here means the graph count
+    understates what the workload would have compiled.
+    """
+    from torch._dynamo.utils import counters
+
+    return int(sum(n for key, n in counters["unimplemented"].items() if key.startswith(RECOMPILE_LIMIT_EVENT)))
+
+
+def neuron_graph_metrics() -> list | None:
+    """``torch.neuron.get_dynamo_metrics()`` on Trainium (one entry per NEFF), else ``None``."""
+    getter = getattr(getattr(torch, "neuron", None), "get_dynamo_metrics", None)
+    return list(getter()) if getter is not None else None
+
+
+@dataclass
+class CallRecord:
+    """One timed call: its label, wall seconds, graphs compiled and seconds compiling during it."""
+
+    label: str
+    seconds: float
+    new_graphs: int
+    compile_seconds: float = 0.0
+
+
+@dataclass
+class CompileTracker:
+    """Context manager: graphs compiled and compile seconds inside its block.
+
+    >>> with CompileTracker() as tracker:
+    ...     for batch in batches:
+    ...         with tracker.call("generate"):
+    ...             model.generate(**batch)
+    >>> print(tracker.summary())
+
+    Values are live inside the block and frozen at its end. ``calls`` holds one
+    :class:`CallRecord` per :meth:`call`; calls that compiled nothing are the steady state.
+    """
+
+    calls: list[CallRecord] = field(default_factory=list)
+    _start_graphs: int = 0
+    _start_seconds: float = 0.0
+    _start_neuron: int = 0
+    _start_limit_hits: int = 0
+    _end: tuple[int, float, int] | None = None
+    _end_limit_hits: int | None = None
+
+    def __enter__(self) -> CompileTracker:
+        self._start_graphs, self._start_seconds = graphs_compiled(), compile_seconds()
+        self._start_neuron = len(neuron_graph_metrics() or [])
+        self._start_limit_hits = recompile_limit_hits()
+        self._end, self._end_limit_hits = None, None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end = (graphs_compiled(), compile_seconds(), len(neuron_graph_metrics() or []))
+        self._end_limit_hits = recompile_limit_hits()
+
+    def _now(self) -> tuple[int, float, int]:
+        return self._end or (graphs_compiled(), compile_seconds(), len(neuron_graph_metrics() or []))
+
+    @property
+    def graphs(self) -> int:
+        """Graphs compiled inside the block."""
+        return self._now()[0] - self._start_graphs
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling inside the block."""
+        return self._now()[1] - self._start_seconds
+
+    @property
+    def neuron_graphs(self) -> int | None:
+        """NEFFs the Neuron backend reports for the block (``None`` off Trainium)."""
+        return None if neuron_graph_metrics() is None else self._now()[2] - self._start_neuron
+
+    @property
+    def recompile_limit_hits(self) -> int:
+        """Functions dynamo stopped compiling inside the block (see :func:`recompile_limit_hits`)."""
+        end = self._end_limit_hits if self._end_limit_hits is not None else recompile_limit_hits()
+        return end - self._start_limit_hits
+
+    @contextmanager
+    def call(self, label: str = "call"):
+        """Time the code inside and record how many graphs it compiled, and the seconds that took."""
+        graphs, seconds, start = graphs_compiled(), compile_seconds(), time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            self.calls.append(CallRecord(label, elapsed, graphs_compiled() - graphs, compile_seconds() - seconds))
+
+    @property
+    def first_call_seconds(self) -> float | None:
+        return self.calls[0].seconds if self.calls else None
+
+    @property
+    def steady_seconds(self) -> float | None:
+        """Median time of the calls that compiled nothing (``None`` if every call compiled)."""
+        steady = [c.seconds for c in self.calls if c.new_graphs == 0]
+        return statistics.median(steady) if steady else None
+
+    def summary(self) -> str:
+        """One line: graphs, compile seconds, first call and steady-state time."""
+        text = f"{self.graphs} graph(s) compiled, {self.compile_seconds:.2f} s compiling"
+        if self.calls:
+            text += f"; first call {self.first_call_seconds:.3f} s"
+            if self.steady_seconds is not None:
+                n = sum(c.new_graphs == 0 for c in self.calls)
+                text += f", steady state {self.steady_seconds:.3f} s (median of {n})"
+        if self.recompile_limit_hits:
+            text += (f"; dynamo hit its recompile limit {self.recompile_limit_hits} time(s), so later "
+                     "shapes ran eagerly (raise torch._dynamo.config.recompile_limit, or bucket shapes)")
+        return text
+
+    def table(self) -> list[dict]:
+        """One row per call: label, seconds, new graphs, graphs so far, compile seconds (and so far)."""
+        rows, total, total_seconds = [], 0, 0.0
+        for i, c in enumerate(self.calls):
+            total += c.new_graphs
+            total_seconds += c.compile_seconds
+            rows.append({"call": i, "label": c.label, "seconds": c.seconds,
+                         "new_graphs": c.new_graphs, "graphs_so_far": total,
+                         "compile_seconds": c.compile_seconds, "compile_seconds_so_far": total_seconds})
+        return rows

@@ -1,0 +1,244 @@
+"""Which accelerator this process can use, and how to hand it to Transformers.
+
+Order of preference: ``neuron`` (Trainium, from ``torch-neuronx``) > ``cuda`` > ``cpu``.
+Notebook 01 prints :func:`device_report`; every notebook calls :func:`pick_device`;
+:func:`resolve_device_map` fixes the page's ``device_map="auto"`` pitfall on Neuron.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+BACKENDS = ("neuron", "cuda", "cpu")
+
+#: Neuron runtime and compiler variables that change what a process sees or builds.
+NEURON_ENV_VARS = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")
+NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
+
+INSTALL_HINTS = {
+    "neuron": (
+        "torch-neuronx is not installed or sees no NeuronCore. It exists only on AWS Trainium "
+        "(trn1/trn2) instances: install it from the AWS Neuron package repository as the AWS "
+        "Neuron setup guide shows (not the placeholder of the same name on the public index), "
+        "or use prefer='auto' to fall back to CUDA or CPU."
+    ),
+    "cuda": (
+        "PyTorch sees no CUDA GPU: this torch build is CPU-only or no GPU/driver is present. "
+        "Install a CUDA build of torch on a GPU machine, or use prefer='auto' to fall back to CPU."
+    ),
+}
+
+# Accelerate's "auto" cannot enumerate NeuronCores; this is the page's warning, word for word in spirit.
+AUTO_ON_NEURON_WARNING = (
+    "device_map='auto' does not see Neuron: Accelerate cannot enumerate neuron devices, so "
+    "from_pretrained would load the model silently on CPU. Using device_map='neuron' instead; "
+    "pass device_map='neuron' yourself to silence this warning."
+)
+
+
+class DeviceNotAvailableError(RuntimeError):
+    """An explicitly requested device does not exist on this machine."""
+
+
+def neuron_module():
+    """Return ``torch.neuron`` (importing ``torch_neuronx`` registers it), or ``None``."""
+    if getattr(torch, "neuron", None) is None:
+        try:
+            importlib.import_module("torch_neuronx")
+        except ImportError:
+            return None
+    return getattr(torch, "neuron", None)
+
+
+def backend_available(backend: str) -> bool:
+    """True when ``backend`` ("neuron", "cuda" or "cpu") has at least one device here."""
+    if backend == "neuron":
+        module = neuron_module()
+        return bool(module is not None and module.is_available())
+    if backend == "cuda":
+        return torch.cuda.is_available()
+    if backend == "cpu":
+        return True
+    raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+
+
+def detect_backend() -> str:
+    """The best backend this process can use: ``"neuron"``, ``"cuda"`` or ``"cpu"``."""
+    return next(b for b in BACKENDS if backend_available(b))
+
+
+def device_count(backend: str | None = None) -> int:
+    """How many devices of ``backend`` (default: the detected one) this process sees."""
+    backend = backend or detect_backend()
+    if not backend_available(backend):
+        return 0
+    if backend == "neuron":
+        return int(neuron_module().device_count())
+    if backend == "cuda":
+        return torch.cuda.device_count()
+    return 1
+
+
+def bf16_supported(backend: str | None = None) -> bool:
+    """Whether ``backend`` computes in bfloat16 natively (every Trainium generation does)."""
+    backend = backend or detect_backend()
+    if not backend_available(backend):
+        return False
+    if backend == "neuron":
+        check = getattr(neuron_module(), "is_bf16_supported", None)
+        return bool(check()) if check is not None else True
+    if backend == "cuda":
+        return torch.cuda.is_bf16_supported()
+    # CPUs run bf16 but most emulate it slowly; the course reports it as not native.
+    return False
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages the course depends on (``None``: not installed)."""
+    from trnlab import __version__
+
+    versions = {name: _version(name) for name in ("torch", "transformers", "accelerate")}
+    neuronx = _version("torch-neuronx")
+    loaded = sys.modules.get("torch_neuronx")
+    if neuronx is None and loaded is not None:
+        neuronx = getattr(loaded, "__version__", "unknown")
+    versions["torch-neuronx"] = neuronx
+    versions["trnlab"] = __version__
+    return versions
+
+
+def neff_cache_summary(path: str | os.PathLike | None = None) -> dict:
+    """Where compiled Neuron graphs (NEFFs) are cached, and how many files and bytes are there."""
+    path = Path(path or os.environ.get(NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE))
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
+    return {"path": str(path), "exists": path.is_dir(), "files": len(files),
+            "bytes": sum(p.stat().st_size for p in files)}
+
+
+def neuron_ls_output(timeout: float = 20.0) -> str | None:
+    """The output of ``neuron-ls`` where that program exists, else ``None``."""
+    program = shutil.which("neuron-ls")
+    if program is None:
+        return None
+    try:
+        done = subprocess.run([program], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"neuron-ls failed: {exc}"
+    return (done.stdout + done.stderr).strip()
+
+
+@dataclass
+class DeviceReport:
+    """Everything notebook 01 and ``python -m trnlab doctor`` show about this machine."""
+
+    backend: str
+    device_count: int
+    bf16_supported: bool
+    available: dict[str, bool]
+    versions: dict[str, str | None]
+    neuron_env: dict[str, str | None]
+    neff_cache: dict
+    neuron_ls: str | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def device_report() -> DeviceReport:
+    """Detect the backend and collect versions, Neuron variables, cache and ``neuron-ls``."""
+    available = {b: backend_available(b) for b in BACKENDS}
+    backend = next(b for b in BACKENDS if available[b])
+    notes = []
+    if backend != "neuron":
+        notes.append("No Neuron device: torch.neuron is absent, so the course runs for real on "
+                     f"{backend} (torch.compile stands in for the neuron compiler).")
+    return DeviceReport(
+        backend=backend,
+        device_count=device_count(backend),
+        bf16_supported=bf16_supported(backend),
+        available=available,
+        versions=package_versions(),
+        neuron_env={name: os.environ.get(name) for name in NEURON_ENV_VARS},
+        neff_cache=neff_cache_summary(),
+        neuron_ls=neuron_ls_output(),
+        notes=notes,
+    )
+
+
+def pick_device(prefer: str = "auto", verbose: bool = True) -> torch.device:
+    """Return the device to use, like d2l's ``try_gpu()`` but for neuron > cuda > cpu.
+
+    ``prefer="auto"`` takes the best available one and says what it fell back to and why.
+    An explicit ``prefer`` ("neuron", "cuda", "cpu", or with an index such as "cuda:1") that
+    does not exist raises :class:`DeviceNotAvailableError` saying how to get it: an explicit
+    request never falls back to CPU silently.
+    """
+    prefer = (prefer or "auto").strip().lower()
+    if prefer == "auto":
+        backend = detect_backend()
+        if verbose and backend != "neuron":
+            missing = [b for b in BACKENDS[: BACKENDS.index(backend)]]
+            reasons = {"neuron": "no torch.neuron (torch-neuronx is not installed here)",
+                       "cuda": "no CUDA GPU"}
+            print(f"Using {backend}: " + "; ".join(reasons[b] for b in missing) + ".")
+        elif verbose:
+            print(f"Using neuron: {device_count('neuron')} NeuronCore(s) visible.")
+        return torch.device(backend, 0) if backend != "cpu" else torch.device("cpu")
+
+    backend, _, index = prefer.partition(":")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown device {prefer!r}: use 'auto' or one of {', '.join(BACKENDS)}")
+    if not backend_available(backend):
+        raise DeviceNotAvailableError(f"{backend} was requested but is not available. {INSTALL_HINTS[backend]}")
+    if index:
+        count = device_count(backend)
+        if not index.isdigit() or int(index) >= count:
+            raise DeviceNotAvailableError(
+                f"{prefer} was requested but this process sees {count} {backend} device(s): "
+                f"use an index from 0 to {count - 1}.")
+    return torch.device(prefer) if backend != "cpu" else torch.device("cpu")
+
+
+def resolve_device_map(device_map="auto", backend: str | None = None):
+    """Return the ``device_map`` that ``from_pretrained`` should get on this machine.
+
+    On Neuron, ``"auto"`` becomes ``"neuron"`` with a warning: Accelerate cannot enumerate
+    neuron devices and would silently load the model on CPU (the page's pitfall). On CUDA
+    ``"auto"`` stays (Accelerate places the model on the GPUs); on CPU it becomes ``"cpu"``.
+    Explicit device strings are checked to exist; dicts and ``None`` pass through.
+    ``backend`` overrides detection, so notebook 02 can show the Neuron decision anywhere.
+    """
+    if device_map is None or isinstance(device_map, dict):
+        return device_map
+    if isinstance(device_map, torch.device):
+        device_map = str(device_map)
+    backend = backend or detect_backend()
+    if device_map == "auto":
+        if backend == "neuron":
+            warnings.warn(AUTO_ON_NEURON_WARNING, UserWarning, stacklevel=2)
+            return "neuron"
+        return "auto" if backend == "cuda" else "cpu"
+    requested = device_map.split(":")[0]
+    if requested in ("neuron", "cuda") and requested != backend and not backend_available(requested):
+        raise DeviceNotAvailableError(f"device_map={device_map!r} but {requested} is not available. "
+                                      f"{INSTALL_HINTS[requested]}")
+    return device_map

@@ -1,0 +1,137 @@
+"""``python -m trnlab doctor``: can the course run on this machine, and if not, why not.
+
+Prints the device report (like ``neuron-ls`` plus versions and the compile cache) and a list
+of checks; ``--json`` prints the same as JSON. Exit status 0 when every check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from trnlab.device import DeviceNotAvailableError, DeviceReport, device_report, pick_device
+from trnlab.models import MODEL_ENV_VAR, is_bundled, model_name
+
+DEVICE_ENV_VAR = "TRNLAB_DEVICE"
+
+#: Version ranges the course needs (see pyproject.toml and the facts file).
+REQUIREMENTS = {"transformers": (Version("5.23"), Version("6")), "accelerate": (Version("1.12"), None)}
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _version_check(package: str, installed: str | None) -> Check:
+    low, high = REQUIREMENTS[package]
+    wanted = f">={low}" + (f",<{high}" if high else "")
+    if installed is None:
+        return Check(package, False, f"not installed: pip install '{package}{wanted}'")
+    v = Version(installed)
+    ok = v >= low and (high is None or v < high)
+    return Check(package, ok, f"{installed} (course needs {wanted})" +
+                 ("" if ok else f": pip install '{package}{wanted}'"))
+
+
+def _model_check() -> Check:
+    name = model_name()
+    path = Path(name)
+    if path.is_dir():
+        missing = [f for f in ("config.json", "tokenizer.json") if not (path / f).exists()]
+        weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
+        if missing or not weights:
+            return Check("model", False, f"{name} lacks {missing or ['weights']}: rebuild with "
+                         "`python -m trnlab.assets build` or point TRNLAB_MODEL at a full model folder")
+        return Check("model", True, f"{name} (local folder)")
+    if is_bundled(name) or path.is_absolute() or name.startswith("."):
+        return Check("model", False, f"no model folder at {name}: " + (
+            "build the course model with `python -m trnlab.assets build`" if is_bundled(name)
+            else f"fix {MODEL_ENV_VAR} or unset it to use the bundled model"))
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    if isinstance(cached, str):
+        return Check("model", True, f"{name} (in the Hugging Face cache)")
+    return Check("model", False, f"{MODEL_ENV_VAR}={name} is neither a local folder nor in the "
+                 f"Hugging Face cache: pre-download it (`hf download {name}`) or unset {MODEL_ENV_VAR}")
+
+
+def _device_check(report: DeviceReport) -> Check:
+    requested = os.environ.get(DEVICE_ENV_VAR, "auto")
+    try:
+        device = pick_device(requested, verbose=False)
+    except (DeviceNotAvailableError, ValueError) as exc:
+        return Check("device", False, f"{DEVICE_ENV_VAR}={requested}: {exc}")
+    return Check("device", True, f"{device} ({DEVICE_ENV_VAR}={requested}; "
+                 f"{report.device_count} {report.backend} device(s))")
+
+
+def run_checks(report: DeviceReport) -> list[Check]:
+    """The checks that decide the exit status of ``doctor``."""
+    return [
+        _device_check(report),
+        _version_check("transformers", report.versions.get("transformers")),
+        _version_check("accelerate", report.versions.get("accelerate")),
+        _model_check(),
+    ]
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def format_report(report: DeviceReport, checks: list[Check]) -> str:
+    """The report and checks as a plain-text table."""
+    rows = [
+        ("backend", report.backend),
+        ("devices", str(report.device_count)),
+        ("bf16 native", "yes" if report.bf16_supported else "no"),
+        ("available", ", ".join(f"{b}={'yes' if ok else 'no'}" for b, ok in report.available.items())),
+    ]
+    rows += [(name, version or "not installed") for name, version in report.versions.items()]
+    rows += [(name, value if value is not None else "(unset)") for name, value in report.neuron_env.items()]
+    cache = report.neff_cache
+    rows.append(("NEFF cache", f"{cache['path']}: " + (
+        f"{cache['files']} files, {_human_bytes(cache['bytes'])}" if cache["exists"] else "does not exist yet")))
+    width = max(len(k) for k, _ in rows)
+    lines = ["trnlab doctor", "-" * 60] + [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["-" * 60, "neuron-ls:", "  " + (report.neuron_ls or "(not installed: no Neuron tools here)").replace("\n", "\n  ")]
+    lines += [f"note: {note}" for note in report.notes]
+    lines += ["-" * 60, "checks:"]
+    lines += [f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in checks]
+    failed = [c.name for c in checks if not c.ok]
+    lines.append("The course can run here." if not failed else f"The course cannot run here: fix {', '.join(failed)}.")
+    return "\n".join(lines)
+
+
+def show_report() -> DeviceReport:
+    """Print the doctor table (report and checks) and return the report; notebook 01 uses it."""
+    report = device_report()
+    print(format_report(report, run_checks(report)))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trnlab doctor",
+                                     description="Check that this machine can run the course.")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = device_report()
+    checks = run_checks(report)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "checks": [asdict(c) for c in checks],
+                          "ok": all(c.ok for c in checks)}, indent=2))
+    else:
+        print(format_report(report, checks))
+    return 0 if all(c.ok for c in checks) else 1
