@@ -25,6 +25,13 @@ class FakeNeuronModule(types.ModuleType):
     def is_bf16_supported(self) -> bool:
         return self.bf16
 
+    # torch.manual_seed seeds every registered device module through these two.
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.seed = seed
+
 
 @pytest.fixture
 def fake_neuron(monkeypatch):
