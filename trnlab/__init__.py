@@ -25,3 +25,41 @@ from trnlab.models import (
     parameter_count,
 )
 from trnlab.notebook import setup
+# Notebook 05. The function trnlab.launch.launch stays in its module: a top-level `launch`
+# would hide the module of the same name.
+from trnlab.launch import (
+    LaunchConfigError,
+    LaunchResult,
+    launch_loopback_nodes,
+    multinode_commands,
+    plan_processes,
+    slurm_script,
+    validate_parallel_sizes,
+)
+# Notebooks 02 and 03: generation on an explicit device, compile tracking, shape bucketing.
+from trnlab.compile_tracking import CompileTracker
+from trnlab.generation import (
+    PromptTooLongError,
+    ShapeBuckets,
+    bucketed_generate,
+    choose_buckets,
+    corpus_prompts,
+    format_forward_calls,
+    generate_batch,
+    generation_compile_config,
+    identical_outputs,
+    moved_to_model_device,
+    padding_waste,
+    record_forward_inputs,
+    reset_compile_state,
+    run_generation_workload,
+    sample_prompt_lengths,
+    show_padding,
+    time_generation,
+    tokenize_batch,
+    waste_by_bucket_count,
+)
+
+# Training data with static shapes (notebook 04). The Trainer helpers load transformers' Trainer,
+# so they stay in their module: `import trnlab.training`.
+from trnlab.data import NEW_FACT_PROMPT, fixed_length_dataset, packed_dataset, training_texts

@@ -14,6 +14,7 @@ COMMANDS = {
     ("doctor",): "trnlab.doctor:main",
     ("bench", "generate"): "trnlab.bench_generate:main",
     ("bench", "train"): "trnlab.bench_train:main",
+    ("launch",): "trnlab.launch:main",
 }
 
 

@@ -1,0 +1,165 @@
+"""trnlab.data: the fine-tuning texts, fixed-length padding, packing, bucketing, padding waste."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from trnlab import data
+from trnlab.assets.corpus import generate_documents
+from trnlab.models import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return data.training_texts(32, seed=0)
+
+
+def test_training_texts_are_seeded_and_teach_new_laws():
+    texts = data.training_texts(50, seed=3)
+    assert texts == data.training_texts(50, seed=3)
+    assert texts != data.training_texts(50, seed=4)
+    # Half state a new law; the other half replay the model's own corpus, so it keeps the old laws.
+    assert sum(any(law in t for law in data.NEW_LAWS.values()) for t in texts) == 25
+    assert len(set(texts) & set(generate_documents(25, seed=4))) == 25
+    assert all(any(law in t for law in data.NEW_LAWS.values()) for t in data.training_texts(20, replay=0))
+    # The model's own corpus never states these laws: training on them teaches something new.
+    corpus = " ".join(generate_documents(500, seed=0))
+    assert data.NEW_FACT_PROMPT in " ".join(texts) and data.NEW_FACT_PROMPT not in corpus
+    with pytest.raises(ValueError, match="at least 1"):
+        data.training_texts(0)
+    with pytest.raises(ValueError, match="replay is a fraction"):
+        data.training_texts(10, replay=1.0)
+
+
+def test_fixed_length_rows_have_one_shape_and_ignore_padding(tokenizer, texts):
+    rows = data.fixed_length_dataset(tokenizer, texts, 64)
+    assert len(rows) == len(texts)
+    assert {tuple(r[k].shape) for r in rows for k in ("input_ids", "attention_mask", "labels")} == {(64,)}
+    index = min(range(len(rows)), key=lambda i: int(rows[i]["attention_mask"].sum()))
+    row = rows[index]
+    n = int(row["attention_mask"].sum())
+    assert n < 64, "the shortest text should be padded"
+    # Right padding: real tokens first, then padding, whose labels are ignored.
+    assert row["attention_mask"][:n].all() and not row["attention_mask"][n:].any()
+    assert (row["labels"][n:] == data.IGNORE_INDEX).all()
+    assert torch.equal(row["labels"][:n], row["input_ids"][:n])
+    # pad == eos for this tokenizer: the text's own EOS must stay a label, the padding must not.
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id
+    assert row["input_ids"][n - 1] == tokenizer.eos_token_id and row["labels"][n - 1] == tokenizer.eos_token_id
+    assert tokenizer.decode(row["input_ids"][: n - 1]) == texts[index]
+
+
+def test_fixed_length_truncates_long_texts(tokenizer, texts):
+    rows = data.fixed_length_dataset(tokenizer, texts, 8)
+    assert all(r["attention_mask"].all() for r in rows)
+    assert data.padding_waste(rows) == 0.0
+
+
+def test_packed_blocks_have_no_padding_and_eos_between_documents(tokenizer, texts):
+    rows = data.packed_dataset(tokenizer, texts, 32)
+    stream = torch.cat([r["input_ids"] for r in rows])
+    expected = []
+    for ids in tokenizer(texts)["input_ids"]:
+        expected += ids + [tokenizer.eos_token_id]
+    assert len(rows) == len(expected) // 32
+    assert stream.tolist() == expected[: len(rows) * 32]
+    assert data.padding_waste(rows) == 0.0
+    for r in rows:
+        # Every label is the real token, EOS included: the model learns where documents end
+        # and predicts the next document's first token from the EOS.
+        assert torch.equal(r["labels"], r["input_ids"]) and r["attention_mask"].all()
+    assert sum(int((r["labels"] == tokenizer.eos_token_id).sum()) for r in rows) >= len(texts) - 2
+
+
+def test_tokenized_rows_keep_their_length(tokenizer, texts):
+    rows = data.tokenized_dataset(tokenizer, texts, 512)
+    lengths = [len(r["input_ids"]) for r in rows]
+    assert len(set(lengths)) > 5
+    assert lengths == [len(ids) + 1 for ids in tokenizer(texts)["input_ids"]]
+    assert all(r["input_ids"][-1] == tokenizer.eos_token_id for r in rows)
+
+
+def test_dynamic_padding_makes_many_shapes_buckets_few_fixed_one(tokenizer, texts):
+    rows = data.tokenized_dataset(tokenizer, texts, 128)
+    pad = tokenizer.pad_token_id
+    dynamic = data.batches(rows, data.PaddingCollator(pad), batch_size=4)
+    buckets = data.batches(rows, data.PaddingCollator(pad, (48, 96, 128)), batch_size=4)
+    fixed = data.batches(data.fixed_length_dataset(tokenizer, texts, 128), data.PaddingCollator(pad, (128,)), 4)
+    assert len(data.batch_shapes(dynamic)) > 3
+    assert set(data.batch_shapes(buckets)) <= {(4, 48), (4, 96), (4, 128)}
+    assert data.batch_shapes(fixed) == [(4, 128)]
+    waste = [data.padding_waste(b) for b in (dynamic, buckets, fixed)]
+    assert 0 < waste[0] < waste[1] < waste[2] < 1
+    # The same real tokens whatever the padding.
+    assert data.real_tokens(dynamic) == data.real_tokens(buckets) == data.real_tokens(fixed)
+
+
+def test_collator_pads_labels_with_ignore_index(tokenizer):
+    rows = data.tokenized_dataset(tokenizer, ["a b c", "a b c d e f g h"], 64)
+    batch = data.PaddingCollator(tokenizer.pad_token_id, (16,))(rows)
+    n = len(rows[0]["input_ids"])
+    assert batch["input_ids"].shape == (2, 16)
+    assert (batch["labels"][0, n:] == data.IGNORE_INDEX).all()
+    assert (batch["input_ids"][0, n:] == tokenizer.pad_token_id).all()
+    assert batch["attention_mask"][0].sum() == n
+
+
+def test_drop_last_keeps_the_batch_dimension(tokenizer, texts):
+    rows = data.fixed_length_dataset(tokenizer, texts[:10], 32)
+    collator = data.PaddingCollator(tokenizer.pad_token_id, (32,))
+    assert data.batch_shapes(data.batches(rows, collator, 4, drop_last=True)) == [(4, 32)]
+    assert data.batch_shapes(data.batches(rows, collator, 4, drop_last=False)) == [(4, 32), (2, 32)]
+
+
+def test_padding_waste_of_one_batch_and_of_rows():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    assert data.padding_waste({"attention_mask": mask}) == pytest.approx(4 / 8)
+    rows = [{"attention_mask": m} for m in mask]
+    assert data.padding_waste(rows) == pytest.approx(0.5)
+    assert data.real_tokens(rows) == 4
+
+
+# ---- bad inputs get errors that say what to do
+
+
+def test_no_pad_token_names_the_token_to_use(tokenizer, texts):
+    no_pad = copy.deepcopy(tokenizer)
+    no_pad.pad_token = None
+    with pytest.raises(ValueError, match=r"no pad token.*tokenizer.pad_token = tokenizer.eos_token.*<\|endoftext\|>"):
+        data.fixed_length_dataset(no_pad, texts, 32)
+
+
+def test_packing_texts_shorter_than_one_block(tokenizer):
+    with pytest.raises(ValueError, match=r"at least one full block.*hold \d+ tokens.*block_length is 256.*more texts or a smaller"):
+        data.packed_dataset(tokenizer, ["A short text."], 256)
+
+
+def test_length_beyond_max_position_embeddings(tokenizer, texts):
+    with pytest.raises(ValueError, match=r"block_length=1024 is beyond the model's max_position_embeddings \(512\)"):
+        data.packed_dataset(tokenizer, texts, 1024)
+    with pytest.raises(ValueError, match=r"max_length=600 .*max_position_embeddings \(512\).*<= 512"):
+        data.fixed_length_dataset(tokenizer, texts, 600)
+    with pytest.raises(ValueError, match=r"max_position_embeddings \(64\)"):
+        data.tokenized_dataset(tokenizer, texts, 128, max_positions=64)
+
+
+def test_other_bad_inputs(tokenizer, texts):
+    with pytest.raises(TypeError, match="list of strings"):
+        data.fixed_length_dataset(tokenizer, "one text", 32)
+    with pytest.raises(ValueError, match="texts is empty"):
+        data.packed_dataset(tokenizer, [], 32)
+    with pytest.raises(ValueError, match="at least 2"):
+        data.fixed_length_dataset(tokenizer, texts, 0)
+    rows = data.tokenized_dataset(tokenizer, texts, 128)
+    with pytest.raises(ValueError, match=r"more than the largest allowed length 8.*max_length <= 8"):
+        data.PaddingCollator(tokenizer.pad_token_id, (8,))(rows[:2])
+    with pytest.raises(ValueError, match="attention_mask"):
+        data.padding_waste([{"input_ids": torch.ones(3)}])

@@ -1,0 +1,187 @@
+"""trnlab.distributed: the 2 x 2 sharded model equals one process; helpers behave on their own.
+
+One real 4-process run (``trnlab/scripts/train_sharded.py``, 3 steps) serves every check
+against the one-process reference: same loss on the same batch, same training losses,
+the shards' placements and bytes, and a saved model that reloads in one process and
+generates what the sharded model generated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import trnlab
+from trnlab import data
+from trnlab import distributed as td
+from trnlab.launch import launch
+
+SCRIPT = Path(td.__file__).parent / "scripts" / "train_sharded.py"
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_distributed.ipynb"
+STEPS, BATCH, BLOCK = 3, 8, 64
+TOL = 1e-4  # fp32; the sharded sums run in another order, so not bit-identical
+
+
+# ------------------------------------------------------------------ helpers on their own
+
+
+def test_index_ranges_and_chunks_describe_shards():
+    assert td._index_ranges([0, 1, 2, 5, 6, 9]) == "0-2,5-6,9"
+    assert td._index_ranges([]) == "-"
+    rows = list(range(761))  # torch.chunk: ceil-sized pieces, the last one shorter
+    assert [len(td._chunk(rows, 2, i)) for i in (0, 1)] == [381, 380]
+
+
+def test_batches_are_cut_in_order_and_split_evenly_between_fsdp_ranks():
+    dataset = [{"input_ids": torch.full((4,), i)} for i in range(5)]
+    batches = td.global_batches(dataset, batch_size=4, steps=2)
+    assert batches[1]["input_ids"][:, 0].tolist() == [4, 0, 1, 2]  # cycles through the data
+    halves = [td.shard_of_batch(batches[0], r, 2)["input_ids"][:, 0].tolist() for r in (0, 1)]
+    assert halves == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match="multiple of fsdp_size=3"):
+        td.shard_of_batch(batches[0], 0, 3)
+    with pytest.raises(ValueError, match="dataset is empty"):
+        td.global_batches([], 4, 1)
+
+
+def test_pad_vocabulary_keeps_an_already_divisible_model(tmp_path):
+    name = trnlab.model_name()
+    from transformers import AutoConfig
+
+    if AutoConfig.from_pretrained(name).vocab_size % 64 == 0:
+        assert td.pad_vocabulary(name, tmp_path / "copy") == name
+        assert not (tmp_path / "copy").exists()
+
+
+def test_trainer_path_is_a_working_trainer(tmp_path):
+    """The Trainer path runs on Trainium/GPUs only; here its arguments are checked on a plain model."""
+    model = trnlab.load_model(None, device="cpu", dtype=torch.float32).train()
+    tokenizer = trnlab.load_tokenizer()
+    dataset = data.packed_dataset(tokenizer, data.training_texts(8), 32)
+    trainer = td.build_trainer(model, dataset, steps=2, batch_size=4, dp_size=2, learning_rate=1e-3,
+                               output_dir=tmp_path)
+    assert trainer.args.per_device_train_batch_size == 2 and trainer.args.max_grad_norm == 0.0
+    assert trainer.args.lr_scheduler_type == "constant" and trainer.args.dataloader_drop_last
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert tuple(batch["input_ids"].shape) == (2, 32)  # this rank's half of the global batch
+
+
+# ------------------------------------------------------------------ one real sharded run
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sharded")
+    model = td.pad_vocabulary(None, folder / "padded")  # 761 rows do not split 4 ways (see launch)
+    result = launch(SCRIPT, ["--out", folder / "run", "--model", model, "--steps", STEPS,
+                             "--batch-size", BATCH, "--block-length", BLOCK],
+                    tp_size=2, fsdp_size=2, model=model, device="cpu", timeout=400)
+    assert result.ok, result.summary() + "\n" + result.traceback
+    return {"model": model, "folder": folder, "run": td.read_run(folder / "run"), "result": result}
+
+
+@pytest.fixture(scope="module")
+def reference(sharded_run):
+    """The same model, data and optimizer in this one process."""
+    model = trnlab.load_model(sharded_run["model"], device="cpu", dtype=torch.float32)
+    tokenizer = trnlab.load_tokenizer(sharded_run["model"])
+    dataset = data.packed_dataset(tokenizer, data.training_texts(64), BLOCK)
+    first = td.global_batches(dataset, BATCH, 1)[0]
+    loss_before = td.batch_loss(model, first)
+    losses = td.train_single_process(model, dataset, steps=STEPS, batch_size=BATCH, dp_size=2)
+    return {"loss_before": loss_before, "losses": losses,
+            "generation": td.greedy_text(model, tokenizer, data.NEW_FACT_PROMPT)}
+
+
+def test_every_rank_ran_on_the_2x2_mesh_and_says_which_training_path(sharded_run):
+    ranks = sharded_run["run"]["ranks"]
+    assert [(r["rank"], r["fsdp"], r["tp"]) for r in ranks] == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    run = sharded_run["run"]
+    # On CPU Accelerate refuses Trainer with the sharded model; the loop trains it instead.
+    assert run["path"] == "trnlab.distributed.train_loop"
+    assert "DistributedType.MULTI_CPU" in run["reason"]
+    assert all(line.startswith("trained with trnlab.distributed.train_loop")
+               for r in range(4) for line in sharded_run["result"].lines(r) if line.startswith("trained"))
+
+
+def test_sharded_loss_equals_one_process_loss_on_the_same_batch(sharded_run, reference):
+    for r in sharded_run["run"]["ranks"]:
+        assert r["loss_before"] == pytest.approx(reference["loss_before"], abs=1e-5)
+
+
+def test_sharded_training_gives_the_one_process_losses(sharded_run, reference):
+    ranks = sharded_run["run"]["ranks"]
+    assert ranks[0]["losses"]["global"] == pytest.approx(reference["losses"], abs=TOL)
+    assert reference["losses"][-1] < reference["losses"][0] - 1.0  # it really trains
+    # TP partners see the same rows; the two FSDP groups' mean is the global loss.
+    local = [r["losses"]["local"] for r in ranks]
+    assert local[0] == local[1] and local[2] == local[3] and local[0] != local[2]
+    means = [(a + b) / 2 for a, b in zip(local[0], local[2])]
+    assert means == pytest.approx(ranks[0]["losses"]["global"], abs=1e-6)
+
+
+def test_each_rank_holds_a_quarter_and_the_shards_tile_every_weight(sharded_run):
+    ranks = sharded_run["run"]["ranks"]
+    full = ranks[0]["full_bytes"]
+    assert full == trnlab.parameter_count(trnlab.load_model(sharded_run["model"], device="cpu")) * 4
+    for r in ranks:
+        assert 0.24 * full < r["local_bytes"] < 0.26 * full
+    # Only the per-head q/k norms are copied on both TP ranks: everything else is held once.
+    assert sum(r["local_bytes"] for r in ranks) == pytest.approx(full, rel=0.002)
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight"):
+        params = [next(p for p in r["parameters"] if p["name"] == name) for r in ranks]
+        assert all("?" not in (p["rows"], p["cols"]) for p in params)  # checked against full_tensor()
+        cells = {(p["rows"], p["cols"]) for p in params}
+        assert len(cells) == 4  # four different pieces of the same weight
+    q_rows = [next(p for p in r["parameters"] if p["name"].endswith("0.self_attn.q_proj.weight"))["rows"]
+              for r in ranks]
+    assert q_rows == ["0-47", "96-143", "48-95", "144-191"]  # TP halves, each split again by FSDP
+
+
+def test_saved_model_reloads_in_one_process_and_generates_the_same(sharded_run, reference):
+    saved = sharded_run["folder"] / "run" / "model"
+    model = trnlab.load_model(saved, device="cpu")
+    assert not any(hasattr(p, "placements") for p in model.parameters())  # plain tensors again
+    text = td.greedy_text(model, trnlab.load_tokenizer(saved), data.NEW_FACT_PROMPT)
+    assert text == sharded_run["run"]["generation"]
+    assert text == reference["generation"]
+    assert text.startswith(data.NEW_FACT_PROMPT) and len(text) > len(data.NEW_FACT_PROMPT) + 10
+
+
+def test_the_notebook_writes_exactly_this_script():
+    if not NOTEBOOK.exists():
+        pytest.skip("notebook 05 not written yet")
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    written = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith("%%writefile")]
+    bodies = [s.split("\n", 1)[1] for s in written if "train_sharded.py" in s.split("\n", 1)[0]]
+    assert bodies == [SCRIPT.read_text()], "notebook 05's %%writefile cell and trnlab/scripts/train_sharded.py differ"
+
+
+# ------------------------------------------------------------------ tables and pictures
+
+
+def _fake_report(rank, fsdp, tp):
+    row = {"name": "model.layers.0.self_attn.q_proj.weight", "shape": [8, 4], "local_shape": [2, 4],
+           "placements": {"fsdp": "_S(0, 2)", "tp": "S(0)"}, "local_bytes": 32, "full_bytes": 128,
+           "rows": f"{2 * (2 * tp + fsdp)}-{2 * (2 * tp + fsdp) + 1}", "cols": "0-3"}
+    return {"rank": rank, "fsdp": fsdp, "tp": tp, "fsdp_size": 2, "tp_size": 2, "parameters": [row],
+            "local_bytes": 32, "full_bytes": 128, "losses": {"local": [3.0, 2.0], "global": [2.5, 1.5]}}
+
+
+def test_tables_and_mesh_picture_from_reports():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ranks = [_fake_report(r, r // 2, r % 2) for r in range(4)]
+    table = td.memory_table(ranks)
+    assert "   0     0   0           8          32        25.0%" in table
+    assert "all" in table and "100.0%" in table
+    placements = td.placement_table(ranks, [ranks[0]["parameters"][0]["name"]])
+    assert "rank 1 (fsdp 0, tp 1): (2, 4)      rows 4-5, cols 0-3" in placements
+    ax = td.plot_mesh(ranks, ["model.layers.0.self_attn.q_proj.weight"])
+    assert len(ax.texts) == 4 and "rank 3  (fsdp 1, tp 1)" in ax.texts[3].get_text()
+    ax = td.plot_losses(ranks, reference=[2.5, 1.5])
+    assert len(ax.lines) == 6

@@ -1,0 +1,239 @@
+"""trnlab.launch: planning, validation, commands, and real torchrun launches (tiny scripts, no model)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from trnlab import launch as tl
+from trnlab.launch import LaunchConfigError, LaunchError
+
+# ------------------------------------------------------------------ planning: processes and backend
+
+
+def test_cpu_plan_is_gloo_with_a_few_processes_sharing_the_cores(no_accelerator):
+    plan = tl.plan_processes()
+    assert (plan.device, plan.dist_backend, plan.nproc_per_node) == ("cpu", "gloo", tl.CPU_DEFAULT_PROCESSES)
+    four = tl.plan_processes(4)
+    assert four.nproc_per_node == 4
+    assert four.env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 4))
+
+
+def test_neuron_plan_is_one_process_per_visible_neuroncore(fake_neuron, monkeypatch):
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    plan = tl.plan_processes()
+    assert (plan.device, plan.dist_backend, plan.nproc_per_node) == ("neuron", "neuron", 4)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "2-3")
+    assert tl.plan_processes().nproc_per_node == 2
+    with pytest.raises(LaunchConfigError,
+                       match=r"4 processes need 4 NeuronCores but NEURON_RT_VISIBLE_CORES=2-3 gives 2"):
+        tl.plan_processes(4)
+
+
+def test_visible_neuron_cores_reads_the_runtime_formats():
+    assert tl.visible_neuron_cores("0-3") == 4
+    assert tl.visible_neuron_cores("0,2,5-6") == 4
+    assert tl.visible_neuron_cores("7") == 1
+    assert tl.visible_neuron_cores("") is None
+    with pytest.raises(LaunchConfigError, match="use e.g. '0-3'"):
+        tl.visible_neuron_cores("all")
+
+
+# ------------------------------------------------------------------ validation
+
+QWEN_LIKE = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
+                            num_hidden_layers=4, vocab_size=768, tie_word_embeddings=True)
+
+
+def test_wrong_tp_fsdp_product_names_the_numbers_to_change():
+    with pytest.raises(LaunchConfigError) as info:
+        tl.validate_parallel_sizes(4, tp_size=2, fsdp_size=3)
+    message = str(info.value)
+    assert "tp_size=2 * fsdp_size=3 = 6" in message and "4 process(es)" in message
+    assert "launch 6 processes" in message and "tp_size=2, fsdp_size=2" in message
+
+
+def test_launch_refuses_a_wrong_product_before_starting_anything(monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(LaunchConfigError, match="tp_size=2 \\* fsdp_size=3 = 6, but the launch has 4"):
+        tl.launch("train.py", nproc_per_node=4, tp_size=2, fsdp_size=3, device="cpu", model=QWEN_LIKE)
+
+
+def test_heads_must_divide_by_tp_size():
+    assert tl.validate_parallel_sizes(4, 2, 2, model_config=QWEN_LIKE)["tp_size"] == 2
+    with pytest.raises(LaunchConfigError, match=r"tp_size=4 does not divide the model's key/value heads = 2.*"
+                                                r"tp_size in \[1, 2\]"):
+        tl.validate_parallel_sizes(4, tp_size=4, fsdp_size=1, model_config=QWEN_LIKE)
+    with pytest.raises(LaunchConfigError, match="attention heads = 4, key/value heads = 2"):
+        tl.validate_parallel_sizes(3, tp_size=3, fsdp_size=1, model_config=QWEN_LIKE)
+    with pytest.raises(LaunchConfigError, match="pp_size=3 does not divide num_hidden_layers=4"):
+        tl.validate_parallel_sizes(3, pp_size=3, model_config=QWEN_LIKE)
+
+
+def test_uneven_tied_vocabulary_under_fsdp_is_refused_with_the_fix():
+    odd = SimpleNamespace(**{**vars(QWEN_LIKE), "vocab_size": 761})
+    with pytest.raises(LaunchConfigError,
+                       match="vocab_size=761 does not divide by tp_size \\* fsdp_size = 4.*pad_vocabulary"):
+        tl.validate_parallel_sizes(4, 2, 2, model_config=odd)
+    assert tl.validate_parallel_sizes(2, 2, 1, model_config=odd)  # TP alone pads nothing: fine
+
+
+def test_the_course_models_vocabulary_is_checked_for_real():
+    from transformers import AutoConfig
+
+    from trnlab.models import model_name
+
+    vocab = AutoConfig.from_pretrained(model_name()).vocab_size
+    if vocab % 4:
+        with pytest.raises(LaunchConfigError, match=f"vocab_size={vocab}"):
+            tl.validate_parallel_sizes(4, 2, 2, model_config=model_name())
+    else:
+        tl.validate_parallel_sizes(4, 2, 2, model_config=model_name())
+
+
+# ------------------------------------------------------------------ commands
+
+
+def test_single_node_command_is_a_list_with_standalone_rendezvous_and_rank_prefixes():
+    cmd = tl.torchrun_command("train.py", ["--steps", 3], nproc_per_node=4)
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert cmd[3:] == ["--standalone", "--nproc-per-node=4", "--tee=3", "train.py", "--steps", "3"]
+
+
+def test_multinode_commands_give_each_node_its_rank_and_one_endpoint():
+    cmds = tl.multinode_commands("train.py", ["--steps", "3"], nnodes=2, nproc_per_node=64,
+                                 rdzv_endpoint="10.0.0.1:29500")
+    assert [shlex.join(c) for c in cmds] == [
+        f"torchrun --nnodes=2 --node-rank={i} --master-addr=10.0.0.1 --master-port=29500 "
+        f"--nproc-per-node=64 train.py --steps 3" for i in (0, 1)]
+    c10d = tl.multinode_commands("train.py", nnodes=2, nproc_per_node=8, rdzv_endpoint="h:1",
+                                 rdzv_backend="c10d", rdzv_id="job7")
+    assert "--rdzv-endpoint=h:1" in c10d[1] and "--rdzv-id=job7" in c10d[1]
+    assert not any(a.startswith("--node-rank") for a in c10d[1])  # c10d ignores it
+    with pytest.raises(LaunchConfigError, match="HOST:PORT"):
+        tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2)
+    with pytest.raises(LaunchConfigError, match="at least 2 nodes"):
+        tl.multinode_commands("t.py", nnodes=1, nproc_per_node=1, rdzv_endpoint="h:1")
+
+
+def test_slurm_script_runs_one_torchrun_per_node_with_its_own_node_rank(tmp_path):
+    script = tl.slurm_script("train.py", ["--name", "it's"], nnodes=2, instance="trn1.32xlarge")
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert "--nproc-per-node=32" in script
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    # Run it with stand-ins for Slurm and torchrun: each node's task must get its own rank.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fakes = {"scontrol": "echo node-a; echo node-b",
+             "srun": 'shift; for i in 0 1; do SLURM_NODEID=$i "$@"; done',
+             "torchrun": 'echo "torchrun $*"'}
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_NNODES": "2",
+           "SLURM_JOB_NODELIST": "node-[a-b]"}
+    out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        f"torchrun --nnodes=2 --node-rank={i} --master-addr=node-a --master-port=29500 "
+        f"--nproc-per-node=32 train.py --name it's" for i in (0, 1)]
+    with pytest.raises(LaunchConfigError, match="unknown instance"):
+        tl.slurm_script("t.py", nnodes=2, instance="p5.48xlarge")
+
+
+def test_cli_dry_run_prints_the_scale_out_commands(capsys):
+    from trnlab.__main__ import main
+
+    assert main(["launch", "--dry-run", "--nnodes", "2", "--nproc-per-node", "64",
+                 "--rdzv-endpoint", "node0:29500", "train.py", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "# on node 1:\ntorchrun --nnodes=2 --node-rank=1 --master-addr=node0" in out
+    assert main(["launch", "--slurm", "--nnodes", "2", "train.py"]) == 0
+    assert "#SBATCH --nodes=2" in capsys.readouterr().out
+    assert main(["launch", "--dry-run", "--nproc-per-node", "4", "--tp-size", "2", "--fsdp-size", "3",
+                 "train.py"]) == 2
+    assert "launch 6 processes" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ real launches (tiny scripts)
+
+# Each rank writes its PID, so the tests can check afterwards that no process survived.
+PID_HEADER = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+open(os.path.join(sys.argv[1], f"pid{rank}"), "w").write(str(os.getpid()))
+print(f"rank {rank} of {os.environ['WORLD_SIZE']} up", flush=True)
+"""
+
+
+def _script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(PID_HEADER + textwrap.dedent(body))
+    return path
+
+
+def _assert_all_gone(pid_dir: Path, expected: int):
+    pids = [int(p.read_text()) for p in pid_dir.glob("pid*")]
+    assert len(pids) == expected, f"only {len(pids)} of {expected} ranks started"
+    deadline = time.monotonic() + 5
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()
+                 and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+        time.sleep(0.1)
+    assert not alive, f"stray processes left: {alive}"
+
+
+def test_a_failing_rank_stops_the_others_and_shows_its_traceback(tmp_path, capsys):
+    script = _script(tmp_path, "fail.py", """
+        if rank == 1:
+            raise ValueError("rank 1 raises on purpose")
+        time.sleep(120)  # the others would wait for rank 1 forever
+    """)
+    result = tl.launch(script, [tmp_path], nproc_per_node=3, device="cpu", timeout=100)
+    assert result.returncode != 0 and not result.timed_out and not result.ok
+    assert result.failed_rank == 1
+    assert result.traceback.startswith("Traceback (most recent call last)")
+    assert result.traceback.endswith("ValueError: rank 1 raises on purpose")
+    assert result.seconds < 60  # stopped, not waited for
+    out = capsys.readouterr().out
+    assert "[rank1]: ValueError: rank 1 raises on purpose" in out  # streamed live, prefixed
+    assert "[rank0]: rank 0 of 3 up" in out and "[rank2]: rank 2 of 3 up" in out
+    assert "rank 1 failed (exit status 1); torchrun stopped the other ranks" in out
+    assert "ChildFailedError" not in out  # torchrun's own traceback is kept out of the notebook
+    _assert_all_gone(tmp_path, 3)
+
+
+def test_a_hung_run_ends_at_the_timeout_and_leaves_no_process(tmp_path, capsys):
+    script = _script(tmp_path, "hang.py", "time.sleep(3600)\n")
+    with pytest.raises(LaunchError, match="timed out") as info:
+        tl.launch(script, [tmp_path], nproc_per_node=2, device="cpu", timeout=8, grace=5, check=True)
+    assert info.value.result.timed_out and info.value.result.returncode != 0
+    assert "TIMEOUT: the run did not end within 8 s" in capsys.readouterr().out
+    _assert_all_gone(tmp_path, 2)
+
+
+def test_two_launchers_on_loopback_form_one_job(tmp_path):
+    script = _script(tmp_path, "allreduce.py", """
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        total = torch.tensor([float(rank + 1)])
+        dist.all_reduce(total)
+        print(f"node {os.environ['GROUP_RANK']} world {dist.get_world_size()} sum {total.item():g}", flush=True)
+        dist.destroy_process_group()
+    """)
+    result = tl.launch_loopback_nodes(script, [tmp_path], nnodes=2, nproc_per_node=1, timeout=180)
+    assert result.ok, result.summary()
+    assert len(result.commands) == 2 and "--node-rank=1" in result.commands[1]
+    assert result.lines(0)[-1] == "node 0 world 2 sum 3"
+    assert result.lines(1)[-1] == "node 1 world 2 sum 3"
+    _assert_all_gone(tmp_path, 2)

@@ -1,0 +1,184 @@
+"""``python -m trnlab bench generate``: compiled generation with and without shape bucketing.
+
+A fixed, seeded workload (default: 64 prompts of 4 to 200 tokens cut from the course
+corpus, 16 new tokens each, one request at a time) runs four ways:
+
+1. eager, unbucketed   - the reference answers (``disable_compile=True``);
+2. eager, bucketed     - must give the same tokens;
+3. compiled, unbucketed - one graph per new shape: what a naive server pays;
+4. compiled, bucketed  - at most one graph per bucket (+ one decode graph when the
+   prefill is compiled too); then a second pass measures the steady state.
+
+It writes the figures as JSON (graphs, distinct shapes, compile seconds, padding waste,
+steady-state tokens/s compiled vs eager, whether outputs are identical) and prints a
+table. Runs on any machine: on Trainium generate compiles with the ``neuron`` backend,
+elsewhere with ``--backend`` (default ``inductor``). ``--quick`` is a seconds-long
+version for the tests. Exit status 1 when bucketing changed an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+DEFAULT_OUTPUT = Path("runs") / "bench_generate.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trnlab bench generate",
+        description="Graphs compiled, compile time and throughput of static-cache generation, "
+                    "with and without shape bucketing, on a seeded workload.")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny workload (8 prompts of 4-24 tokens, 4 new tokens, backend 'eager') for tests")
+    parser.add_argument("--prompts", type=int, help="number of requests (default 64; quick 8)")
+    parser.add_argument("--shortest", type=int, help="shortest prompt in tokens (default 4)")
+    parser.add_argument("--longest", type=int, help="longest prompt in tokens (default 200; quick 24)")
+    parser.add_argument("--max-new-tokens", type=int, help="tokens generated per request (default 16; quick 4)")
+    parser.add_argument("--buckets", type=int, help="number of bucket lengths, the graph budget (default 4; quick 2)")
+    parser.add_argument("--backend", help="torch.compile backend off Neuron (default inductor; quick eager); "
+                                          "on Neuron the default is transformers' own 'neuron' config")
+    parser.add_argument("--compile-prefill", action="store_true",
+                        help="compile the prefill too (generate's prefill_chunk_size path): one more graph per "
+                             "prompt shape, as Neuron compiles every new shape")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the prompt lengths and texts")
+    parser.add_argument("--model", help="model name or folder (default: $TRNLAB_MODEL or the bundled tiny Qwen3)")
+    parser.add_argument("--device", default="auto", help="auto (neuron > cuda > cpu), neuron, cuda or cpu")
+    parser.add_argument("--recompile-limit", type=int, default=1024,
+                        help="dynamo's recompile limit during the runs, raised so every shape is counted")
+    parser.add_argument("--threads", type=int,
+                        help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON file (default {DEFAULT_OUTPUT})")
+    return parser
+
+
+def _settings(args) -> dict:
+    quick = args.quick
+    pick = lambda value, full, small: value if value is not None else (small if quick else full)  # noqa: E731
+    return {"prompts": pick(args.prompts, 64, 8), "shortest": pick(args.shortest, 4, 4),
+            "longest": pick(args.longest, 200, 24), "max_new_tokens": pick(args.max_new_tokens, 16, 4),
+            "buckets": pick(args.buckets, 4, 2), "backend": pick(args.backend, "inductor", "eager"),
+            "compile_prefill": args.compile_prefill, "seed": args.seed, "quick": quick,
+            "recompile_limit": args.recompile_limit}
+
+
+def run_benchmark(settings: dict, model=None, tokenizer=None, device="auto", model_name=None,
+                  log=print) -> dict:
+    """Run the four generations of the module docstring and return the report as a dict."""
+    from trnlab import generation as gen
+    from trnlab.device import package_versions, pick_device
+    from trnlab.models import load_model, load_tokenizer
+
+    device = pick_device(device, verbose=False) if not isinstance(device, torch.device) else device
+    if model is None:
+        # Eager attention always passes its mask, so an exactly full bucket compiles the same
+        # graph as a padded one (SDPA drops the mask for unpadded prompts: a second graph).
+        model = load_model(model_name, device=device, attn_implementation="eager")
+    tokenizer = tokenizer or load_tokenizer(model_name)
+    backend = None if device.type == "neuron" and settings["backend"] == "inductor" else settings["backend"]
+    new = settings["max_new_tokens"]
+    max_positions = model.config.max_position_embeddings
+
+    lengths = gen.sample_prompt_lengths(settings["prompts"], settings["shortest"], settings["longest"], settings["seed"])
+    prompts = gen.corpus_prompts(tokenizer, lengths, seed=settings["seed"])
+    buckets = gen.ShapeBuckets(gen.choose_buckets(lengths, settings["buckets"], max_length=max_positions - new), new)
+    buckets.check_model(model)
+    waste = gen.padding_waste(lengths, buckets.lengths)
+    log(f"{len(prompts)} prompts, {len(set(lengths))} distinct lengths from {min(lengths)} to {max(lengths)}; "
+        f"buckets {buckets.lengths}, cache length {buckets.cache_length}; backend {backend or 'neuron'}")
+
+    common = dict(compile_prefill=settings["compile_prefill"], recompile_limit=settings["recompile_limit"])
+    runs = {}
+
+    def run(name, **kwargs):
+        start = time.perf_counter()
+        runs[name] = gen.run_generation_workload(model, prompts, new, label=name, **kwargs)
+        log(f"  {name}: {runs[name].graphs} graph(s), {time.perf_counter() - start:.1f} s")
+        return runs[name]
+
+    gen.reset_compile_state(model)
+    run("eager_unbucketed", compile=False)
+    run("eager_bucketed", compile=False, buckets=buckets)
+    gen.reset_compile_state(model)
+    run("compiled_unbucketed", backend=backend, **common)
+    gen.reset_compile_state(model)
+    run("compiled_bucketed", backend=backend, buckets=buckets, **common)
+    # Every bucket's graph exists now: a second pass over the same prompts is all steady state.
+    run("compiled_bucketed_steady", backend=backend, buckets=buckets, **common)
+
+    summaries = {name: result.summary() for name, result in runs.items()}
+    for name, result in runs.items():
+        summaries[name]["requests_table"] = [
+            {key: row[key] for key in ("prompt_length", "padded_length", "cache_length", "new_graphs",
+                                       "seconds", "compile_seconds")} for row in result.table()]
+    eager_speed = runs["eager_bucketed"].tokens_per_second(steady_only=False)
+    compiled_speed = runs["compiled_bucketed_steady"].tokens_per_second()
+    graph_budget = len(buckets.lengths) + (1 if settings["compile_prefill"] else 0)
+    checks = {
+        "identical_bucketed_vs_unbucketed_eager": gen.identical_outputs(runs["eager_unbucketed"], runs["eager_bucketed"]),
+        "identical_bucketed_vs_unbucketed_compiled": gen.identical_outputs(runs["compiled_unbucketed"],
+                                                                           runs["compiled_bucketed"]),
+        "identical_compiled_vs_eager": gen.identical_outputs(runs["eager_unbucketed"], runs["compiled_unbucketed"]),
+        "bucketed_graphs": runs["compiled_bucketed"].graphs,
+        "bucketed_graph_budget": graph_budget,
+        "bucketed_graphs_within_budget": runs["compiled_bucketed"].graphs <= graph_budget,
+        "unbucketed_graphs": runs["compiled_unbucketed"].graphs,
+        "unbucketed_graphs_equal_distinct_shapes":
+            runs["compiled_unbucketed"].graphs == runs["compiled_unbucketed"].distinct_shapes,
+        "steady_tokens_per_second_eager": eager_speed,
+        "steady_tokens_per_second_compiled": compiled_speed,
+        "compiled_at_least_as_fast_as_eager": bool(compiled_speed and eager_speed and compiled_speed >= eager_speed),
+    }
+    return {
+        "settings": settings | {"backend": backend or "neuron (transformers default)"},
+        "device": str(device), "model": model.name_or_path, "versions": package_versions(),
+        "torch_threads": torch.get_num_threads(),
+        "workload": {"prompt_lengths": lengths, "distinct_lengths": len(set(lengths)),
+                     "buckets": list(buckets.lengths), "cache_length": buckets.cache_length,
+                     "padded_tokens": waste, "prompt_tokens": sum(lengths),
+                     "padding_waste_fraction": waste / (waste + sum(lengths)),
+                     "waste_by_bucket_count": [r | {"buckets": list(r["buckets"])}
+                                               for r in gen.waste_by_bucket_count(lengths, 8)]},
+        "runs": summaries,
+        "checks": checks,
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report as a short table for the terminal."""
+    lines = [f"{'run':26} {'graphs':>6} {'shapes':>6} {'compile s':>9} {'first s':>8} {'steady s':>8} {'tok/s':>7}"]
+    for name, r in report["runs"].items():
+        steady = r["steady_request_seconds"]
+        speed = r["steady_tokens_per_second"]
+        lines.append(f"{name:26} {r['graphs']:6d} {r['distinct_shapes'] if 'compiled' in name else '-':>6} "
+                     f"{r['compile_seconds']:9.1f} {r['first_request_seconds']:8.3f} "
+                     f"{steady if steady is None else round(steady, 3)!s:>8} "
+                     f"{speed if speed is None else round(speed, 1)!s:>7}")
+    w = report["workload"]
+    lines.append(f"buckets {w['buckets']}: {w['padded_tokens']} pad tokens "
+                 f"({100 * w['padding_waste_fraction']:.1f}% of tokens processed)")
+    lines += [f"{key}: {value}" for key, value in report["checks"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = _settings(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = run_benchmark(settings, device=args.device, model_name=args.model,
+                           log=lambda text: print(text, file=sys.stderr))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2))
+    print(format_report(report))
+    print(f"wrote {args.output}")
+    checks = report["checks"]
+    same = checks["identical_bucketed_vs_unbucketed_eager"] and checks["identical_bucketed_vs_unbucketed_compiled"]
+    if not same:
+        print("FAILED: bucketing changed generated tokens", file=sys.stderr)
+    return 0 if same else 1

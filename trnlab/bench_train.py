@@ -1,0 +1,158 @@
+"""``python -m trnlab bench train``: graphs, compile time and real tokens/s per data strategy.
+
+Fine-tunes the course model on the same seeded dataset (:func:`trnlab.data.training_texts`)
+once per strategy (dynamic padding, length buckets, fixed length, packing), each from the
+same weights and with an empty compile cache, and writes one JSON file:
+
+* ``results``: per strategy, :meth:`trnlab.training.TrainingRecorder.summary` (graphs,
+  graphs after the warm-up step, compile seconds, steady step time, padding waste, real
+  tokens per second, final loss...);
+* ``targets``: the issue's goals, each with its value and whether it was met: fixed and
+  packed runs compile exactly one training graph and none after warm-up; packing keeps at
+  least 95% real tokens and the highest steady real tokens/s.
+
+The backend is the one Transformers picks (``"neuron"`` on Trainium, ``"inductor"``
+elsewhere) unless ``--backend`` is given. ``--quick`` is a seconds-long run for the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from trnlab import data, training
+from trnlab.device import package_versions, pick_device
+from trnlab.models import load_model, load_tokenizer, model_name
+
+#: Strategies the targets compare (bucketing is measured too, as the third static-ish option).
+TARGET_STRATEGIES = ("dynamic", "fixed", "packed")
+MIN_REAL_TOKEN_FRACTION = 0.95
+
+
+def parse_args(argv: list[str] | None):
+    parser = argparse.ArgumentParser(prog="python -m trnlab bench train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="model folder or hub id (default: $TRNLAB_MODEL or the bundled tiny Qwen3)")
+    parser.add_argument("--device", default="auto", help="auto (neuron > cuda > cpu), neuron, cuda or cpu")
+    parser.add_argument("--backend", default=None,
+                        help="torch.compile backend (default: the one Transformers picks; --quick: eager off Neuron)")
+    parser.add_argument("--strategies", default=",".join(data.STRATEGIES),
+                        help=f"comma-separated, from {', '.join(data.STRATEGIES)}")
+    parser.add_argument("--steps", type=int, default=16, help="optimizer steps per strategy (default 16)")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--length", type=int, default=96, help="max/fixed/block length in tokens (default 96)")
+    parser.add_argument("--texts", type=int, default=256, help="documents in the seeded dataset (default 256)")
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=Path("bench_train.json"), help="JSON file to write")
+    parser.add_argument("--quick", action="store_true",
+                        help="a short run: 6 steps, batch 2, 64 texts, eager backend off Neuron")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 if a target is missed")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.batch_size, args.texts = 6, 2, 64
+    args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in args.strategies if s not in data.STRATEGIES]
+    if unknown:
+        parser.error(f"unknown strategy {unknown[0]!r}: use {', '.join(data.STRATEGIES)}")
+    return args
+
+
+def evaluate_targets(results: dict[str, dict]) -> dict[str, dict]:
+    """The benchmark's goals, each ``{"goal", "value", "met"}`` (``met`` is None if not measured)."""
+    targets = {}
+    for name in ("fixed", "packed"):
+        if name in results:
+            r = results[name]
+            targets[f"{name}_one_graph"] = {
+                "goal": "exactly one training graph in total, none compiled after the warm-up step",
+                "value": {"graphs": r["graphs"], "graphs_after_warmup": r["graphs_after_warmup"]},
+                "met": r["graphs"] == 1 and r["graphs_after_warmup"] == 0,
+            }
+    if "packed" in results:
+        real = 1 - results["packed"]["padding_waste"]
+        targets["packed_real_tokens"] = {"goal": f"at least {MIN_REAL_TOKEN_FRACTION:.0%} real (non-pad) tokens",
+                                         "value": real, "met": real >= MIN_REAL_TOKEN_FRACTION}
+        compared = {name: results[name].get("real_tokens_per_second") for name in TARGET_STRATEGIES if name in results}
+        measured = {name: value for name, value in compared.items() if value is not None}
+        best = max(measured, key=measured.get) if measured else None
+        targets["packed_fastest"] = {
+            "goal": f"highest steady real tokens/s of {', '.join(compared)}",
+            "value": compared,
+            "met": (best == "packed") if "packed" in measured and len(compared) > 1 else None,
+        }
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = pick_device(args.device, verbose=False)
+    backend = args.backend or (training.course_compile_backend(device) if args.quick else None)
+    tokenizer = load_tokenizer(args.model)
+    texts = data.training_texts(args.texts, seed=args.seed)
+    print(f"bench train: {model_name(args.model)} on {device}, backend {backend or 'picked by Transformers'}; "
+          f"{args.steps} steps x batch {args.batch_size}, length {args.length}, {len(texts)} texts", flush=True)
+
+    results, settings = {}, {}
+    with tempfile.TemporaryDirectory(prefix="trnlab-bench-train-") as scratch:
+        for strategy in args.strategies:
+            torch.manual_seed(args.seed)
+            model = load_model(args.model, device=device)
+            start = time.perf_counter()
+            trainer, recorder = training.train_strategy(
+                strategy, model, tokenizer, texts, Path(scratch) / strategy, device, length=args.length,
+                max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                compile_backend=backend, seed=args.seed, disable_tqdm=True)
+            results[strategy] = {**recorder.summary(), "wall_seconds": time.perf_counter() - start,
+                                 "losses": recorder.losses, "step_shapes": [list(s.shape) for s in recorder.steps]}
+            settings = {"torch_compile_backend": trainer.args.torch_compile_backend,
+                        **{f"compile_{k}": v for k, v in training.compile_settings(trainer).items()},
+                        "bf16": trainer.args.bf16, "dataloader_drop_last": trainer.args.dataloader_drop_last}
+            r = results[strategy]
+            print(f"  {strategy:8s} graphs {r['graphs']} (after warm-up {r['graphs_after_warmup']}), "
+                  f"shapes {r['shapes']}, waste {r['padding_waste']:.3f}, "
+                  f"real tok/s {r['real_tokens_per_second'] or 0:.0f}, {r['wall_seconds']:.1f} s", flush=True)
+            del trainer, model
+
+    targets = evaluate_targets(results)
+    report = {
+        "benchmark": "train",
+        "config": {"model": model_name(args.model), "device": str(device), "backend_requested": backend,
+                   "steps": args.steps, "batch_size": args.batch_size, "length": args.length,
+                   "texts": args.texts, "learning_rate": args.learning_rate, "seed": args.seed,
+                   "quick": args.quick, "strategies": args.strategies},
+        "environment": {"versions": package_versions(), "python": platform.python_version(),
+                        "torch_threads": torch.get_num_threads(),
+                        "dynamo_recompile_limit": torch._dynamo.config.recompile_limit, **settings},
+        "definitions": {
+            "warm-up": "the first optimizer step; it compiles the training graph (forward, and the backward "
+                       "through AOTAutograd); the optimizer step runs eager",
+            "graphs": "graphs dynamo compiled during training (torch._dynamo counters)",
+            "compile_seconds": "dynamo's compile time for the forward graphs (the backward compiles inside "
+                               "the first backward call: see compiling_step_seconds)",
+            "real_tokens_per_second": "non-pad tokens per second over steps after warm-up that compiled nothing",
+            "padding_waste": "fraction of pad positions in the batches trained on",
+        },
+        "results": results,
+        "targets": targets,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2))
+    print(training.format_table(results, ["graphs", "graphs_after_warmup", "compile_seconds", "steady_step_seconds",
+                                          "padding_waste", "real_tokens_per_second", "final_loss"]))
+    for name, target in targets.items():
+        status = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
+        print(f"target {name}: {status} ({target['goal']}; {target['value']})")
+    print(f"wrote {args.output}")
+    missed = any(t["met"] is False for t in targets.values())
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,538 @@
+"""The sharded model of claim 10: load it on a TP x FSDP mesh, see where it lives, train, save.
+
+``from_pretrained(..., distributed_config=DistributedConfig(tp_size=2, fsdp_size=2))`` run by
+4 processes builds a 2 x 2 device mesh (Transformers: ``pp x fsdp x tp``, backend ``gloo`` on
+CPU, ``neuron`` on Trainium), splits each layer's weights between the 2 tensor-parallel
+ranks, then shards every piece again between the 2 FSDP ranks. This module holds what the
+training script of notebook 05 calls inside each rank, and what the notebook calls outside:
+
+* in a rank: :func:`load_sharded_model`, :func:`rank_report` (placements and bytes),
+  :func:`shard_of_batch` (the data-parallel slice), :func:`train_sharded` (``Trainer`` on
+  Neuron and GPUs; on CPU, where Accelerate refuses ``Trainer``, the minimal
+  :func:`train_loop`), :func:`greedy_text`, :func:`save_sharded`, :func:`write_json`;
+* outside: :func:`pad_vocabulary` (before launching), :func:`read_run`, :func:`memory_table`,
+  :func:`placement_table`, :func:`plot_mesh`, :func:`plot_losses`, and
+  :func:`train_single_process`, the one-process reference the sharded losses must equal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+#: The course's mesh: 2 tensor-parallel x 2 FSDP ranks = 4 processes (claim 10).
+TP_SIZE, FSDP_SIZE = 2, 2
+
+#: Why the CPU run cannot use ``Trainer`` (Accelerate's own error is appended by :func:`train_sharded`).
+CPU_LOOP_REASON = (
+    "Accelerate 1.15 accepts a model sharded at load time (ParallelismConfig) only under FSDP2, "
+    "DeepSpeed or a multi-accelerator type (MULTI_NEURON, MULTI_GPU, ...); a gloo CPU run is "
+    "MULTI_CPU, so Trainer refuses it. This run trains the same sharded model with "
+    "trnlab.distributed.train_loop: forward, backward (FSDP2 and TP reduce the gradients), AdamW step.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside a rank: load and describe
+# ---------------------------------------------------------------------------------------------
+
+def quiet_rank_output() -> None:
+    """Silence what would garble four ranks' streamed log and teaches nothing here.
+
+    Progress bars (four ranks drawing bars at once), DTensor's note that gathering a strided
+    shard takes two all-gathers, and FSDP2's warning that the model returns a view (true for
+    the logits; nothing here modifies them in place).
+    """
+    import logging
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+
+
+def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0) -> str:
+    """A copy of model ``name`` whose vocabulary is padded to a multiple of ``multiple``.
+
+    Why: the sharded model splits the (tied) embedding's vocabulary rows between the ranks.
+    When they do not divide evenly, FSDP2 pads the short shards, and with tied embeddings
+    Transformers 5.24 registers the shared weight in two FSDP groups (the embedding's and, as
+    ``lm_head.weight``, the root's); on a padded rank the second copy stops seeing the
+    optimizer's updates, so training silently diverges from one process after the first step
+    (trnlab's tests caught it). Real checkpoints avoid it by padding: Qwen3's 151,936 rows are
+    a multiple of 128. The new rows start at the mean of the others (``resize_token_embeddings``'
+    ``mean_resizing``, seeded), so generations do not change; no token id ever reaches them.
+    Returns ``output_dir``, or the original name when the vocabulary already divides.
+    Notebook 05 calls it before launching; :func:`trnlab.launch.validate_parallel_sizes` says when.
+    """
+    from transformers import AutoConfig
+
+    from trnlab.models import _from_pretrained, load_model, load_tokenizer, model_name
+
+    name = model_name(name)
+    vocab = _from_pretrained(AutoConfig, name).vocab_size
+    if vocab % multiple == 0:
+        return name
+    from transformers.utils import logging as hf_logging
+
+    torch.manual_seed(seed)
+    model = load_model(name, device="cpu", dtype=torch.float32)
+    model.resize_token_embeddings(pad_to_multiple_of=multiple)
+    output_dir = Path(output_dir)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(output_dir)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    load_tokenizer(name).save_pretrained(output_dir)
+    print(f"vocabulary padded from {vocab} to {model.config.vocab_size} rows (a multiple of {multiple})")
+    return str(output_dir)
+
+
+def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_SIZE,
+                       dtype: torch.dtype = torch.float32):
+    """Load the course model sharded over a ``tp_size x fsdp_size`` mesh (call in every rank).
+
+    This is the page's claim 10: ``from_pretrained(..., distributed_config=DistributedConfig(
+    tp_size=2, fsdp_size=2))``. Transformers starts ``torch.distributed`` from torchrun's
+    variables (backend from the device: ``gloo`` on CPU, ``neuron`` on Trainium), builds the
+    mesh, applies the tensor-parallel plan, then FSDP2, and each rank reads only its shard.
+    fp32 by default, so the equivalence checks can be tight. Returns the model in train mode.
+    """
+    from transformers.distributed import DistributedConfig
+
+    from trnlab.models import load_model
+
+    config = DistributedConfig(tp_size=tp_size, fsdp_size=fsdp_size)
+    return load_model(name, dtype=dtype, distributed_config=config).train()
+
+
+def _mesh_of(model):
+    """The model's (pp, fsdp, tp) device mesh (Transformers keeps it on the model)."""
+    mesh = getattr(model, "_device_mesh", None)
+    if mesh is None:
+        raise ValueError("this model is not sharded: load it with load_sharded_model() under torchrun")
+    return mesh
+
+
+def mesh_position(model) -> dict:
+    """This rank's place: ``rank``, ``world_size``, ``fsdp`` and ``tp`` coordinates.
+
+    Ranks with the same ``fsdp`` coordinate hold the two halves of the same layers (TP) and
+    must see the same batch; the ``fsdp`` coordinate is the data-parallel rank.
+    """
+    import torch.distributed as dist
+
+    mesh = _mesh_of(model)
+    names = mesh.mesh_dim_names
+    coordinate = dict(zip(names, mesh.get_coordinate()))
+    return {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
+            "fsdp": coordinate.get("fsdp", 0), "tp": coordinate.get("tp", 0),
+            "fsdp_size": mesh.size(names.index("fsdp")) if "fsdp" in names else 1,
+            "tp_size": mesh.size(names.index("tp")) if "tp" in names else 1}
+
+
+def _index_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 6] -> '0-2,5-6': which rows or columns of the full weight a rank holds."""
+    if not indices:
+        return "-"
+    ranges, first = [], indices[0]
+    for previous, current in zip(indices, indices[1:] + [None]):
+        if current != previous + 1:
+            ranges.append(f"{first}-{previous}" if previous != first else f"{first}")
+            first = current
+    return ",".join(ranges)
+
+
+def _chunk(indices: list[int], parts: int, which: int) -> list[int]:
+    # DTensor and FSDP2 split like torch.chunk: ceil-sized pieces, the last one shorter.
+    size = -(-len(indices) // parts)
+    return indices[which * size:(which + 1) * size]
+
+
+def _held_indices(param) -> tuple[str, str]:
+    """Rows and columns of the full weight that this rank's shard is (all ranks call together).
+
+    Worked out from the placements: plain ``Shard`` placements split in mesh order, then a
+    ``_StridedShard`` (FSDP sharding a dimension TP already split) splits this rank's piece
+    again. Then checked: the full weight is gathered (``full_tensor()``, a collective) and
+    indexed with the answer, which must equal the local shard exactly, or "?" is reported.
+    """
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    mesh = param.device_mesh
+    coordinate = mesh.get_coordinate()
+    held = [list(range(n)) for n in param.shape]
+    steps = list(enumerate(param.placements))
+    ordered = ([s for s in steps if not isinstance(s[1], _StridedShard)]
+               + [s for s in steps if isinstance(s[1], _StridedShard)])
+    for mesh_dim, placement in ordered:
+        if isinstance(placement, (Shard, _StridedShard)):
+            held[placement.dim] = _chunk(held[placement.dim], mesh.size(mesh_dim), coordinate[mesh_dim])
+    full = param.full_tensor().detach()
+    expected = full[held[0]] if full.dim() == 1 else full[held[0]][:, held[1]]
+    if expected.shape != param.to_local().shape or not torch.equal(expected, param.to_local().detach()):
+        return "?", "?"
+    return _index_ranges(held[0]), (_index_ranges(held[1]) if len(held) > 1 else "-")
+
+
+def parameter_placements(model, with_indices: bool = True) -> list[dict]:
+    """One row per parameter of this rank: shapes, placements, bytes held, rows/cols held.
+
+    ``placements`` maps each mesh dimension to a DTensor placement: ``Shard(dim=0)`` splits
+    rows, ``Shard(dim=1)`` columns, ``_StridedShard`` is FSDP splitting a dimension TP split
+    already, and a missing mesh dimension means a full copy there. ``with_indices`` adds the
+    row/column ranges of the full weight held here (all ranks must call it together).
+    """
+    from torch.distributed.tensor import DTensor
+
+    rows = []
+    for name, param in model.named_parameters():
+        if isinstance(param, DTensor):
+            local = param.to_local()
+            placements = {dim: str(p) for dim, p in zip(param.device_mesh.mesh_dim_names, param.placements)}
+        else:
+            local, placements = param, {}
+        row = {"name": name, "shape": list(param.shape), "local_shape": list(local.shape),
+               "placements": placements, "local_bytes": local.numel() * local.element_size(),
+               "full_bytes": param.numel() * param.element_size()}
+        if with_indices and isinstance(param, DTensor):
+            row["rows"], row["cols"] = _held_indices(param)
+        rows.append(row)
+    return rows
+
+
+def rank_report(model) -> dict:
+    """This rank's position, its parameters' placements, and the parameter bytes it holds.
+
+    ``full_bytes`` is the single-process size of the same parameters (tied weights once).
+    Written to JSON by the training script; notebook 05 tabulates all ranks' reports.
+    """
+    params = parameter_placements(model)
+    return {**mesh_position(model), "parameters": params,
+            "local_bytes": sum(p["local_bytes"] for p in params),
+            "full_bytes": sum(p["full_bytes"] for p in params)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: every TP pair sees the same rows, each FSDP rank its own slice
+# ---------------------------------------------------------------------------------------------
+
+def global_batches(dataset: list[dict], batch_size: int, steps: int) -> list[dict]:
+    """``steps`` batches of ``batch_size`` rows, taken in order (cycling), stacked.
+
+    No shuffling, so the sharded run and the single-process reference see identical data.
+    """
+    if not dataset:
+        raise ValueError("dataset is empty: build it with trnlab.data.packed_dataset(...)")
+    out = []
+    for step in range(steps):
+        rows = [dataset[(step * batch_size + i) % len(dataset)] for i in range(batch_size)]
+        out.append({key: torch.stack([r[key] for r in rows]) for key in rows[0]})
+    return out
+
+
+def shard_of_batch(batch: dict, dp_rank: int, dp_size: int) -> dict:
+    """The rows of ``batch`` that data-parallel rank ``dp_rank`` (of ``dp_size``) trains on.
+
+    FSDP is data parallelism: each FSDP rank takes an equal contiguous slice of the global
+    batch and FSDP2 averages the gradients over them. Both TP ranks of one FSDP rank get the
+    same slice (tensor parallelism splits the weights, not the data).
+    """
+    size = len(batch["input_ids"])
+    if size % dp_size:
+        raise ValueError(f"batch of {size} rows does not split over {dp_size} data-parallel ranks: "
+                         f"use a batch size that is a multiple of fsdp_size={dp_size}")
+    per = size // dp_size
+    return {key: value[dp_rank * per:(dp_rank + 1) * per] for key, value in batch.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Training: Trainer where Accelerate takes the sharded model, a minimal loop on CPU
+# ---------------------------------------------------------------------------------------------
+
+def _all_ranks_mean(value: float) -> float:
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor)  # SUM: gloo has no AVG
+    return tensor.item() / dist.get_world_size()
+
+
+def train_loop(model, batches: list[dict], learning_rate: float = 1e-3, log=print) -> dict:
+    """Train the sharded model on this rank's batches; return its and the global losses.
+
+    ``batches`` are this rank's slices (:func:`shard_of_batch`). Each step: forward, backward
+    (FSDP2 reduce-scatters and averages gradients over the FSDP ranks, the TP layers reduce
+    theirs), one AdamW step on the local shards. ``global`` is the mean loss over all ranks,
+    i.e. the loss of the whole global batch as one process would see it. No gradient clipping,
+    no schedule: the same plain recipe as :func:`train_single_process`.
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    model.train()
+    local, global_ = [], []
+    for step, batch in enumerate(batches):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        local.append(loss.item())
+        global_.append(_all_ranks_mean(local[-1]))
+        log(f"step {step:3d}  loss {local[-1]:.4f} (this rank's rows)  {global_[-1]:.4f} (global batch)")
+    return {"local": local, "global": global_}
+
+
+def build_trainer(model, dataset: list[dict], *, steps: int, batch_size: int, dp_size: int,
+                  learning_rate: float, output_dir):
+    """A ``Trainer`` around the sharded model, as the page's claim 10 has it (Neuron, GPUs).
+
+    Same recipe as :func:`train_loop` (AdamW, constant rate, no clipping) except that
+    ``Trainer`` shuffles; ``batch_size`` is the global batch, each data-parallel rank gets
+    ``batch_size // dp_size``. On CPU, Accelerate refuses the model while ``Trainer`` is built
+    (``ValueError``: ``... but got DistributedType.MULTI_CPU``), the facts file's observation.
+    """
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(
+        output_dir=str(output_dir), report_to=[], save_strategy="no", max_steps=steps,
+        per_device_train_batch_size=batch_size // dp_size, learning_rate=learning_rate,
+        lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, logging_steps=1,
+        dataloader_drop_last=True, optim="adamw_torch", use_cpu=model.device.type == "cpu")
+    return Trainer(model=model, args=args, train_dataset=dataset)
+
+
+@dataclass
+class TrainingRun:
+    """Which training path ran in this rank and why, and the losses it logged."""
+
+    path: str  # "Trainer" or "trnlab.distributed.train_loop"
+    reason: str
+    losses: dict = field(default_factory=dict)
+
+
+def train_sharded(model, dataset: list[dict], *, steps: int, batch_size: int,
+                  learning_rate: float = 1e-3, output_dir, log=print) -> TrainingRun:
+    """Train the sharded model: ``Trainer`` where Accelerate accepts it, else :func:`train_loop`.
+
+    Builds the ``Trainer`` first, so the decision is Accelerate's own, not a guess: on Neuron
+    (``MULTI_NEURON``) and GPUs ``Trainer`` trains the model as is; on CPU Accelerate raises,
+    and the loop trains the same sharded model on the same data. The returned
+    :class:`TrainingRun` says which path ran and quotes why. (This CPU-only course machine
+    runs the loop; the ``Trainer`` path needs Trainium or GPUs.)
+    """
+    position = mesh_position(model)
+    try:
+        trainer = build_trainer(model, dataset, steps=steps, batch_size=batch_size,
+                                dp_size=position["fsdp_size"], learning_rate=learning_rate,
+                                output_dir=output_dir)
+    except ValueError as refusal:
+        if "ParallelismConfig" not in str(refusal):
+            raise
+        mine = [shard_of_batch(b, position["fsdp"], position["fsdp_size"])
+                for b in global_batches(dataset, batch_size, steps)]
+        losses = train_loop(model, mine, learning_rate, log=log)
+        return TrainingRun("trnlab.distributed.train_loop", f"{CPU_LOOP_REASON} Accelerate said: {refusal}",
+                           losses)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    for step, loss in enumerate(losses):
+        log(f"step {step:3d}  loss {loss:.4f} (Trainer)")
+    return TrainingRun("Trainer", "Accelerate accepts the sharded model on this device "
+                       "(claim 10: Trainer uses it as is).", {"local": losses, "global": losses})
+
+
+def train_single_process(model, dataset: list[dict], *, steps: int, batch_size: int,
+                         dp_size: int = FSDP_SIZE, learning_rate: float = 1e-3) -> list[float]:
+    """The one-process reference: same data, same AdamW, same objective; returns the losses.
+
+    Each global batch is cut into the same ``dp_size`` slices the FSDP ranks train on, and
+    the loss is their mean: exactly what averaging the FSDP ranks' gradients optimises. (With
+    packed data every slice has as many tokens, so it is also the loss of the whole batch.)
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    model.train()
+    losses = []
+    for batch in global_batches(dataset, batch_size, steps):
+        slices = [shard_of_batch(batch, r, dp_size) for r in range(dp_size)]
+        loss = sum(model(**s).loss for s in slices) / dp_size
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+def reshard(model) -> None:
+    """Put every FSDP-managed module back to its shards (a no-op for unsharded models).
+
+    Needed after a forward without backward (evaluation, generation): FSDP2 reshards the
+    modules Transformers marks ``keep_full_weight`` (final norm, tied embedding/lm_head) only
+    in backward, so after a ``no_grad`` forward they stay gathered, the next training step
+    reuses that copy, and after the optimizer step the model computes with stale weights
+    (trnlab's equivalence test caught it: the loss drifts from one process from step 1 on).
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def batch_loss(model, batch: dict) -> float:
+    """The loss of ``model`` on ``batch`` without training (every rank passes the same batch)."""
+    model.eval()
+    with torch.no_grad():
+        loss = model(**batch).loss.item()
+    reshard(model)
+    model.train()
+    return loss
+
+
+def greedy_text(model, tokenizer, prompt: str, max_new_tokens: int = 20) -> str:
+    """Greedy continuation of ``prompt``; sharded models need every rank to call it together."""
+    model.eval()
+    inputs = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+    reshard(model)
+    return tokenizer.decode(out[0], skip_special_tokens=True)
+
+
+def save_sharded(model, tokenizer, output_dir) -> Path:
+    """Save the sharded model as one ordinary checkpoint (call in every rank).
+
+    ``save_pretrained`` gathers the FSDP/TP shards into full tensors on rank 0, which writes
+    ``model.safetensors``; rank 0 also writes the tokenizer. The folder then loads in a
+    single process with plain ``from_pretrained`` (or :func:`trnlab.load_model`).
+    """
+    import torch.distributed as dist
+
+    output_dir = Path(output_dir)
+    model.save_pretrained(output_dir)
+    if dist.get_rank() == 0:
+        tokenizer.save_pretrained(output_dir)
+    dist.barrier()
+    return output_dir
+
+
+def write_json(data: dict, path) -> Path:
+    """Write ``data`` as JSON (each rank writes its own file; the notebook reads them all)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Outside the run: read, tabulate, draw
+# ---------------------------------------------------------------------------------------------
+
+def read_run(output_dir) -> dict:
+    """Read what a run wrote: ``{"ranks": [rank0, rank1, ...], **run.json}``."""
+    output_dir = Path(output_dir)
+    ranks = sorted((json.loads(p.read_text()) for p in output_dir.glob("rank*.json")),
+                   key=lambda r: r["rank"])
+    if not ranks:
+        raise FileNotFoundError(f"no rank*.json in {output_dir}: did the run finish? (see its log)")
+    run_file = output_dir / "run.json"
+    return {"ranks": ranks, **(json.loads(run_file.read_text()) if run_file.exists() else {})}
+
+
+def memory_table(ranks: list[dict]) -> str:
+    """Per-rank parameter bytes against the single-process size, as a text table."""
+    full = ranks[0]["full_bytes"]
+    lines = [f"{'rank':>4}  {'fsdp':>4}  {'tp':>2}  {'parameters':>10}  {'bytes':>10}  {'of 1 process':>12}"]
+    for r in ranks:
+        count = sum(_numel(p["local_shape"]) for p in r["parameters"])
+        lines.append(f"{r['rank']:>4}  {r['fsdp']:>4}  {r['tp']:>2}  {count:>10,}  {r['local_bytes']:>10,}  "
+                     f"{r['local_bytes'] / full:>11.1%}")
+    total = sum(r["local_bytes"] for r in ranks)
+    lines.append(f"{'all':>4}  {'':>4}  {'':>2}  {'':>10}  {total:>10,}  {total / full:>11.1%}")
+    lines.append(f"one process holds {full:,} bytes ({ranks[0]['full_bytes'] // 4:,} fp32 values)")
+    return "\n".join(lines)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def placement_table(ranks: list[dict], names: list[str]) -> str:
+    """For each parameter in ``names``: every rank's local shape, placements and rows/cols held."""
+    lines = []
+    for name in names:
+        first = next(p for p in ranks[0]["parameters"] if p["name"] == name)
+        lines.append(f"{name}  full shape {tuple(first['shape'])}")
+        for r in ranks:
+            p = next(p for p in r["parameters"] if p["name"] == name)
+            placement = ", ".join(f"{k}: {v}" for k, v in p["placements"].items()) or "not sharded"
+            held = f"rows {p.get('rows', '-')}" + (f", cols {p['cols']}" if p.get("cols", "-") != "-" else "")
+            lines.append(f"  rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): {str(tuple(p['local_shape'])):<11}"
+                         f" {held:<26} [{placement}]")
+    return "\n".join(lines)
+
+
+def plot_mesh(ranks: list[dict], names: list[str], ax=None):
+    """Draw the fsdp x tp device mesh: one box per rank with the weight rows it holds.
+
+    Rows of the grid are FSDP coordinates (data-parallel groups, each with its own slice of
+    the batch), columns are TP coordinates (the two halves of every layer). Returns the axes.
+    """
+    import matplotlib.pyplot as plt
+
+    fsdp_size, tp_size = ranks[0]["fsdp_size"], ranks[0]["tp_size"]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.2 * tp_size, 2.3 * fsdp_size + 0.6))
+    colors = plt.get_cmap("tab20").colors
+    for r in ranks:
+        x, y = r["tp"], fsdp_size - 1 - r["fsdp"]
+        ax.add_patch(plt.Rectangle((x + 0.03, y + 0.04), 0.94, 0.92, color=colors[2 * r["tp"] + r["fsdp"] % 2],
+                                   alpha=0.55))
+        text = [f"rank {r['rank']}  (fsdp {r['fsdp']}, tp {r['tp']})",
+                f"{r['local_bytes'] / 1e6:.2f} MB of {r['full_bytes'] / 1e6:.2f} MB"]
+        for name in names:
+            p = next(p for p in r["parameters"] if p["name"] == name)
+            short = ".".join(name.split(".")[-3:-1]) if "layers" in name else name.split(".")[-2]
+            whole = f"0-{p['shape'][1] - 1}" if len(p["shape"]) > 1 else "-"
+            cols = f" x cols {p['cols']}" if p.get("cols", "-") not in ("-", whole) else ""
+            text.append(f"{short}: rows {p.get('rows', '-')}{cols}")
+        ax.text(x + 0.5, y + 0.5, "\n".join(text), ha="center", va="center", fontsize=8, family="monospace")
+    ax.set_xlim(0, tp_size)
+    ax.set_ylim(0, fsdp_size)
+    ax.set_xticks([i + 0.5 for i in range(tp_size)], [f"tp {i}" for i in range(tp_size)])
+    ax.set_yticks([fsdp_size - 1 - i + 0.5 for i in range(fsdp_size)], [f"fsdp {i}" for i in range(fsdp_size)])
+    ax.set_title(f"{fsdp_size} x {tp_size} device mesh. Row: one FSDP group (same data, the TP "
+                 f"pieces of each layer). Column: one TP piece, split again by FSDP", fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    return ax
+
+
+def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None):
+    """Every rank's loss per step (its own rows), the global loss, and the one-process reference."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for r in ranks:  # TP partners overlap exactly: color per FSDP group, marker per TP rank
+        ax.plot(r["losses"]["local"], color=f"C{r['fsdp']}", ls="-" if r["tp"] == 0 else ":",
+                marker="o" if r["tp"] == 0 else "x", mfc="none", ms=8 if r["tp"] == 0 else 6,
+                label=f"rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): its rows")
+    ax.plot(ranks[0]["losses"]["global"], color="black", lw=2, label="sharded, global batch")
+    if reference is not None:
+        ax.plot(reference, color="red", ls="--", lw=1.5, label="one process, same data")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=7)
+    return ax

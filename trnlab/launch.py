@@ -1,0 +1,685 @@
+"""Launch a training script with ``torchrun`` from a notebook, and scale it past one machine.
+
+The page's claim 10 ends with ``torchrun --nproc_per_node=4 train.py``. A notebook cannot
+type that into a terminal for you, so :func:`launch` runs ``torchrun`` as a child process
+(an argument list, never a shell string), streams every rank's output into the notebook as
+it comes, each line prefixed ``[rank N]:``, and returns a :class:`LaunchResult` with the exit
+status. When one rank fails, torchrun stops the others; :func:`launch` shows the failing
+rank's traceback and makes sure no process of the run is left behind. A run that hangs ends
+at ``timeout`` with a message that says so.
+
+Before starting anything, :func:`validate_parallel_sizes` checks that the mesh fits the
+launch (``tp_size * fsdp_size`` = number of processes) and the model (heads and layer widths
+divide by ``tp_size``), and :func:`plan_processes` picks the process count and backend from
+the machine: one process per NeuronCore (``neuron``) or GPU (``nccl``), a few on CPU (``gloo``).
+
+Past one machine, :func:`multinode_commands` writes one ``torchrun`` command per node, and
+:func:`slurm_script` a Slurm batch script for a trn1/trn2 cluster;
+``python -m trnlab launch --dry-run ...`` prints them. Notebook 05 uses this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import queue
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trnlab.device import backend_available, detect_backend, device_count
+
+#: torch.distributed backend for each device type (Transformers' ``DISTRIBUTED_BACKEND_MAP`` agrees).
+DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
+
+#: Processes on CPU when nothing asks for more: enough to show a mesh, few enough for a laptop.
+CPU_DEFAULT_PROCESSES = 2
+
+#: NeuronCores (processes) per node on the Trainium instances the course scales out to.
+#: trn1.32xlarge: 16 Trainium chips x 2 NeuronCores; trn2.48xlarge: 16 Trainium2 chips x 4
+#: logical NeuronCores at the default logical-core setting (LNC=2), per the Neuron docs.
+NEURON_CORES_PER_INSTANCE = {"trn1.32xlarge": 32, "trn2.48xlarge": 64}
+
+#: torchrun prefixes every line a worker prints with this (``${rank}`` is the global rank).
+RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
+_ROOT_CAUSE_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
+
+#: Environment variable that marks every process of one launch, so none can be left behind.
+LAUNCH_ID_VAR = "TRNLAB_LAUNCH_ID"
+
+
+class LaunchConfigError(ValueError):
+    """The requested mesh does not fit the launch or the model; the message names the fix."""
+
+
+class LaunchError(RuntimeError):
+    """A launched run failed or timed out (raised by :func:`launch` only with ``check=True``)."""
+
+    def __init__(self, message: str, result: "LaunchResult"):
+        super().__init__(message)
+        self.result = result
+
+
+# ---------------------------------------------------------------------------------------------
+# How many processes, which backend
+# ---------------------------------------------------------------------------------------------
+
+def visible_neuron_cores(value: str | None = None) -> int | None:
+    """How many NeuronCores ``NEURON_RT_VISIBLE_CORES`` allows (``None``: the variable is unset).
+
+    The Neuron runtime accepts a single core (``"3"``), a range (``"0-3"``) or a list of both
+    (``"0,1,4-5"``). ``value`` defaults to the environment variable.
+    """
+    value = os.environ.get("NEURON_RT_VISIBLE_CORES") if value is None else value
+    if value is None or not value.strip():
+        return None
+    cores: set[int] = set()
+    for part in value.replace(" ", "").split(","):
+        first, sep, last = part.partition("-")
+        if not first.isdigit() or (sep and not last.isdigit()):
+            raise LaunchConfigError(
+                f"NEURON_RT_VISIBLE_CORES={value!r} is not a core list: use e.g. '0-3' or '0,1,2,3'.")
+        cores.update(range(int(first), int(last or first) + 1))
+    return len(cores)
+
+
+@dataclass
+class ProcessPlan:
+    """What :func:`plan_processes` chose: device type, torch.distributed backend, process count."""
+
+    device: str            # "neuron", "cuda" or "cpu"
+    dist_backend: str      # "neuron", "nccl" or "gloo"
+    nproc_per_node: int
+    devices_visible: int   # NeuronCores / GPUs this node offers (CPU: cores)
+    reason: str
+    env: dict[str, str] = field(default_factory=dict)  # set for every worker
+
+    def __str__(self) -> str:
+        return (f"{self.nproc_per_node} process(es) on {self.device}, backend {self.dist_backend}: "
+                f"{self.reason}")
+
+
+def plan_processes(nproc: int | None = None, device: str | None = None) -> ProcessPlan:
+    """Choose the process count and torch.distributed backend for this machine.
+
+    * Trainium: one process per visible NeuronCore (``NEURON_RT_VISIBLE_CORES`` when set,
+      else ``torch.neuron.device_count()``), backend ``neuron``.
+    * GPUs: one process per GPU, backend ``nccl``.
+    * CPU: ``gloo`` with :data:`CPU_DEFAULT_PROCESSES` processes, each with
+      ``OMP_NUM_THREADS`` = its share of the cores so they do not fight over them.
+
+    ``nproc`` asks for a number (e.g. ``tp_size * fsdp_size``); on an accelerator it may not
+    exceed the devices, since two processes cannot share one NeuronCore or GPU. ``device``
+    overrides detection. Used by :func:`launch` and notebook 05.
+    """
+    device = device or detect_backend()
+    if device not in DIST_BACKENDS:
+        raise LaunchConfigError(f"unknown device {device!r}: use one of {', '.join(DIST_BACKENDS)}")
+    if nproc is not None and nproc < 1:
+        raise LaunchConfigError(f"nproc={nproc}: launch at least one process")
+    cpus = os.cpu_count() or 1
+    if device == "cpu":
+        chosen = nproc or CPU_DEFAULT_PROCESSES
+        threads = max(1, cpus // chosen)
+        reason = (f"no accelerator, so {chosen} CPU processes talk over gloo with "
+                  f"OMP_NUM_THREADS={threads} each ({cpus} core(s) here)")
+        if chosen > cpus:
+            reason += "; more processes than cores, fine for a tiny model, slow for a real one"
+        return ProcessPlan("cpu", "gloo", chosen, cpus, reason, {"OMP_NUM_THREADS": str(threads)})
+
+    if not backend_available(device):
+        raise LaunchConfigError(f"device={device!r} was requested but this machine has none: "
+                                f"leave device=None to use what is here")
+    if device == "neuron":
+        from_env = visible_neuron_cores()
+        visible = from_env if from_env is not None else device_count("neuron")
+        source = ("NEURON_RT_VISIBLE_CORES=" + os.environ["NEURON_RT_VISIBLE_CORES"]
+                  if from_env is not None else "torch.neuron.device_count()")
+        what = "NeuronCore"
+    else:
+        visible, source, what = device_count("cuda"), "torch.cuda.device_count()", "GPU"
+    chosen = nproc or visible
+    if chosen > visible:
+        hint = ("widen NEURON_RT_VISIBLE_CORES, " if device == "neuron" and from_env is not None else "")
+        raise LaunchConfigError(
+            f"{chosen} processes need {chosen} {what}s but {source} gives {visible}: {hint}"
+            f"lower tp_size * fsdp_size to at most {visible}, or add nodes (nnodes).")
+    reason = f"one process per {what}, {visible} visible ({source})"
+    if chosen < visible:
+        reason += f"; {visible - chosen} left idle because the mesh needs {chosen}"
+    return ProcessPlan(device, DIST_BACKENDS[device], chosen, visible, reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _config_of(model_config):
+    """A Transformers config from a config object, a model name/folder, or ``None`` (none)."""
+    if model_config is None or hasattr(model_config, "num_attention_heads"):
+        return model_config
+    from transformers import AutoConfig
+
+    from trnlab.models import _from_pretrained  # offline-aware: fails fast without the hub
+    return _from_pretrained(AutoConfig, str(model_config))
+
+
+def model_config(name=None):
+    """The Transformers config of model ``name`` (``None``: ``TRNLAB_MODEL`` or the course model).
+
+    Cheap (no weights) and offline-aware; :func:`validate_parallel_sizes` checks a mesh against it.
+    """
+    from trnlab.models import model_name
+    return _config_of(model_name(name))
+
+
+def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 1, *,
+                            dp_replicate_size: int = 1, pp_size: int = 1,
+                            model_config=None) -> dict:
+    """Check a ``DistributedConfig`` layout against the launch and the model, before launching.
+
+    * ``pp_size * dp_replicate_size * fsdp_size * tp_size`` must equal ``world_size`` (the
+      number of processes over all nodes): Transformers builds exactly that mesh.
+    * Tensor parallelism gives each rank whole attention heads and a slice of every sharded
+      layer, so ``num_attention_heads``, ``num_key_value_heads`` and the MLP width
+      (``intermediate_size``) must divide by ``tp_size``; pipeline stages take whole layers,
+      so ``num_hidden_layers`` must divide by ``pp_size``.
+    * With tied embeddings and FSDP, ``vocab_size`` must divide by ``tp_size * fsdp_size``
+      (see :func:`trnlab.distributed.pad_vocabulary` for the silent failure this prevents).
+
+    ``model_config`` is a Transformers config or a model name (``None``: skip the model checks).
+    Raises :class:`LaunchConfigError` naming the numbers to change; returns the checked sizes.
+    """
+    sizes = {"pp_size": pp_size, "dp_replicate_size": dp_replicate_size,
+             "fsdp_size": fsdp_size, "tp_size": tp_size}
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise LaunchConfigError(f"{name}={value!r}: every parallel size is a whole number >= 1")
+    product = math.prod(sizes.values())
+    if product != world_size:
+        shown = ["tp_size", "fsdp_size", "dp_replicate_size", "pp_size"]
+        used = " * ".join(f"{k}={sizes[k]}" for k in shown if sizes[k] != 1 or k in ("tp_size", "fsdp_size"))
+        pairs = [f"tp_size={t}, fsdp_size={world_size // t}" for t in _divisors(world_size)
+                 if world_size % (t * pp_size * dp_replicate_size) == 0][:4]
+        raise LaunchConfigError(
+            f"{used} = {product}, but the launch has {world_size} process(es): the mesh needs exactly "
+            f"one process per position. Either launch {product} processes (nproc_per_node * nnodes = "
+            f"{product}), or change the sizes so their product is {world_size}"
+            + (f" (e.g. {'; '.join(pairs)})." if pairs and pp_size == dp_replicate_size == 1 else "."))
+
+    config = _config_of(model_config)
+    if config is not None:
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        checks = [("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads"),
+                  ("intermediate_size", "MLP width (intermediate_size)")]
+        dims = {attr: getattr(text_config, attr, None) for attr, _ in checks}
+        dims = {k: v for k, v in dims.items() if isinstance(v, int)}
+        bad = [(attr, label, dims[attr]) for attr, label in checks if attr in dims and dims[attr] % tp_size]
+        if bad:
+            fits = [t for t in _divisors(world_size) if all(v % t == 0 for v in dims.values())]
+            what = ", ".join(f"{label} = {value}" for _, label, value in bad)
+            raise LaunchConfigError(
+                f"tp_size={tp_size} does not divide the model's {what}: each tensor-parallel rank "
+                f"must get whole heads and an equal slice. Use tp_size in {fits} (and fsdp_size = "
+                f"{world_size} // tp_size), or a model whose heads divide by {tp_size}.")
+        vocab = getattr(text_config, "vocab_size", None)
+        shards = tp_size * fsdp_size
+        tied = getattr(config, "tie_word_embeddings", getattr(text_config, "tie_word_embeddings", False))
+        if tied and fsdp_size * dp_replicate_size > 1 and isinstance(vocab, int) and vocab % shards:
+            raise LaunchConfigError(
+                f"vocab_size={vocab} does not divide by tp_size * fsdp_size = {shards}: the tied "
+                f"embedding's rows would be split unevenly, and with tied embeddings under FSDP2 "
+                f"(Transformers 5.24) the padded ranks train lm_head from a stale copy, so the loss "
+                f"silently drifts from a one-process run. Pad the vocabulary first: "
+                f"trnlab.distributed.pad_vocabulary(model, folder, multiple=64) (any multiple of "
+                f"{shards}), or use fsdp_size=1.")
+        layers = getattr(text_config, "num_hidden_layers", None)
+        if isinstance(layers, int) and layers % pp_size:
+            raise LaunchConfigError(
+                f"pp_size={pp_size} does not divide num_hidden_layers={layers}: use pp_size in "
+                f"{_divisors(layers)}.")
+    return sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+
+def _script_argv(script, script_args=(), module: bool = False) -> list[str]:
+    return (["-m", str(script)] if module else [str(script)]) + [str(a) for a in script_args]
+
+
+def torchrun_command(script, script_args=(), *, nproc_per_node: int, nnodes: int = 1,
+                     node_rank: int = 0, rdzv_endpoint: str | None = None,
+                     rdzv_backend: str = "static", rdzv_id: str = "trnlab", module: bool = False,
+                     python: str | None = None, tee: bool = True) -> list[str]:
+    """The ``torchrun`` argument list for one node (a list: no shell, no quoting trouble).
+
+    One node without an endpoint uses ``--standalone`` (a private rendezvous on a free port).
+    More nodes meet at ``rdzv_endpoint`` (``HOST:PORT`` on node 0, reachable from every node):
+
+    * ``rdzv_backend="static"`` (default): ``--nnodes --node-rank --master-addr --master-port``;
+      node ``i`` holds global ranks ``i * nproc_per_node ...``, node 0 hosts the store.
+    * ``rdzv_backend="c10d"``: ``--rdzv-backend=c10d --rdzv-endpoint --rdzv-id``; elastic,
+      ranks are assigned as nodes arrive and torchrun ignores ``--node-rank``, so none is given.
+
+    ``python=None`` runs torchrun as ``python -m torch.distributed.run`` with this
+    interpreter; ``"torchrun"`` writes the console script, as a cluster script would.
+    ``tee`` asks torchrun to prefix every worker line with its rank (``--tee=3``).
+    """
+    cmd = ["torchrun"] if python == "torchrun" else [python or sys.executable, "-m", "torch.distributed.run"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd += ["--standalone"]
+    else:
+        if rdzv_endpoint is None or ":" not in rdzv_endpoint:
+            raise LaunchConfigError("a multi-node run needs rdzv_endpoint='HOST:PORT' on node 0, "
+                                    f"got {rdzv_endpoint!r}")
+        if rdzv_backend == "static":
+            host, _, port = rdzv_endpoint.rpartition(":")
+            cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}",
+                    f"--master-port={port}"]
+        elif rdzv_backend == "c10d":
+            cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
+                    f"--rdzv-id={rdzv_id}"]
+        else:
+            raise LaunchConfigError(f"rdzv_backend={rdzv_backend!r}: use 'static' or 'c10d'")
+    cmd += [f"--nproc-per-node={nproc_per_node}"]
+    if tee:
+        cmd += ["--tee=3"]
+    return cmd + _script_argv(script, script_args, module)
+
+
+def multinode_commands(script, script_args=(), *, nnodes: int, nproc_per_node: int,
+                       rdzv_endpoint: str, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
+                       module: bool = False, python: str | None = "torchrun",
+                       tee: bool = False) -> list[list[str]]:
+    """One ``torchrun`` command per node for a multi-node run (list index = ``--node-rank``).
+
+    Run command ``i`` on node ``i``; node 0 hosts the rendezvous at ``rdzv_endpoint`` (its
+    address and a free port every node can reach). Together they form one job of
+    ``nnodes * nproc_per_node`` ranks. Notebook 05 prints these for a trn1/trn2 cluster;
+    :func:`launch_loopback_nodes` runs them all on this machine.
+    """
+    if nnodes < 2:
+        raise LaunchConfigError(f"nnodes={nnodes}: a multi-node run has at least 2 nodes; use launch() for one")
+    return [torchrun_command(script, script_args, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                             node_rank=i, rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend,
+                             rdzv_id=rdzv_id, module=module, python=python, tee=tee)
+            for i in range(nnodes)]
+
+
+def slurm_script(script, script_args=(), *, nnodes: int, instance: str = "trn2.48xlarge",
+                 nproc_per_node: int | None = None, port: int = 29500, job_name: str = "trnlab",
+                 venv: str | None = None, module: bool = False) -> str:
+    """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes.
+
+    Slurm starts one task per node (``srun --ntasks-per-node=1``); each task runs torchrun
+    with one process per NeuronCore (:data:`NEURON_CORES_PER_INSTANCE`, or ``nproc_per_node``)
+    and rendezvous at the first node of the allocation. ``$SLURM_NODEID`` is expanded inside
+    each task, so every node gets its own ``--node-rank``. ``venv``: a virtual environment to
+    activate on every node (e.g. the Neuron venv); it must exist on every node, as must the script.
+    """
+    if nproc_per_node is None:
+        if instance not in NEURON_CORES_PER_INSTANCE:
+            raise LaunchConfigError(f"unknown instance {instance!r}: pass nproc_per_node, or use one of "
+                                    f"{', '.join(NEURON_CORES_PER_INSTANCE)}")
+        nproc_per_node = NEURON_CORES_PER_INSTANCE[instance]
+    worker = shlex.join(_script_argv(script, script_args, module))
+    activate = f"source {shlex.quote(venv + '/bin/activate')}\n" if venv else ""
+    # The single-quoted part expands on each node, inside its own srun task ($SLURM_NODEID);
+    # the script and its arguments follow as "$@", quoted once, here.
+    per_node = ("'exec torchrun --nnodes=\"$SLURM_NNODES\" --node-rank=\"$SLURM_NODEID\" "
+                f"--master-addr=\"$HEAD_NODE\" --master-port={port} --nproc-per-node={nproc_per_node} "
+                "\"$@\"' torchrun-on-node")
+    return f"""#!/bin/bash
+#SBATCH --job-name={job_name}
+#SBATCH --nodes={nnodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --output=%x-%j.out
+# {nnodes} x {instance}: {nproc_per_node} processes (NeuronCores) per node, {nnodes * nproc_per_node} ranks.
+# Multi-node Neuron runs need EFA installed and configured on every node (Neuron setup guide).
+set -euo pipefail
+{activate}export HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun --ntasks-per-node=1 bash -c {per_node} {worker}
+"""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (for a loopback rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class LaunchResult:
+    """What one :func:`launch` produced: exit status, every line by rank, the failure if any."""
+
+    commands: list[list[str]]  # one torchrun command per launcher (node)
+    returncode: int | None
+    seconds: float
+    rank_lines: dict[int, list[str]] = field(default_factory=dict)
+    launcher_lines: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    failed_rank: int | None = None
+    traceback: str = ""
+    strays_killed: int = 0
+
+    @property
+    def command(self) -> list[str]:
+        return self.commands[0]
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def lines(self, rank: int) -> list[str]:
+        """The lines rank ``rank`` printed, in order, without the prefix."""
+        return self.rank_lines.get(rank, [])
+
+    def summary(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.seconds:.1f} s; every process of the run was stopped"
+        if self.ok:
+            return f"the run finished (exit status 0) in {self.seconds:.1f} s"
+        who = f"rank {self.failed_rank}" if self.failed_rank is not None else "a rank"
+        return f"{who} failed (exit status {self.returncode}); torchrun stopped the other ranks"
+
+
+def _marked_processes(launch_id: str) -> list[int]:
+    """PIDs of live processes whose environment carries this launch's id (Linux /proc)."""
+    marker = f"{LAUNCH_ID_VAR}={launch_id}".encode() + b"\0"
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (entry / "environ").read_bytes() and int(entry.name) != os.getpid():
+                pids.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _kill_marked(launch_id: str, sig=signal.SIGKILL) -> int:
+    killed = 0
+    for pid in _marked_processes(launch_id):
+        try:
+            os.kill(pid, sig)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def _stop(proc: subprocess.Popen, launch_id: str, grace: float) -> int:
+    """SIGTERM torchrun's process group (it forwards it to the workers), then SIGKILL what is left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    # Workers run in their own sessions; anything still carrying our id is a stray.
+    killed = _kill_marked(launch_id)
+    deadline = time.monotonic() + 5
+    while _marked_processes(launch_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return killed
+
+
+def _extract_traceback(lines: list[str]) -> str:
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    return "\n".join(lines[starts[-1]:]) if starts else "\n".join(lines[-20:])
+
+
+def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: float, grace: float,
+                   echo: bool) -> LaunchResult:
+    """Start every torchrun command at once, stream their merged lines, stop all on trouble."""
+    launch_id = uuid.uuid4().hex
+    child_env = {**os.environ, **env, LAUNCH_ID_VAR: launch_id, "PYTHONUNBUFFERED": "1",
+                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE}
+    child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun would set it too, with a banner
+    # The ranks import the same trnlab as this process, installed or not.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    many = len(commands) > 1
+    start = time.monotonic()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              bufsize=1, env=child_env, start_new_session=True) for cmd in commands]
+    lines: queue.Queue = queue.Queue()
+
+    def read(node: int, proc: subprocess.Popen):
+        for line in proc.stdout:
+            lines.put((node, line.rstrip("\n")))
+        lines.put((node, None))
+
+    readers = [threading.Thread(target=read, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    result = LaunchResult(commands=commands, returncode=None, seconds=0.0)
+    in_traceback = [False] * len(procs)
+    open_streams = len(procs)
+
+    def stop_all():
+        result.strays_killed += sum(_stop(p, launch_id, grace) for p in procs)
+
+    try:
+        while open_streams:
+            remaining = start + timeout - time.monotonic()
+            try:
+                node, line = lines.get(timeout=max(0.01, remaining))
+            except queue.Empty:
+                result.timed_out = True
+                if echo:
+                    print(f"[trnlab] TIMEOUT: the run did not end within {timeout:g} s (a hung "
+                          f"collective? a rank waiting for one that died?); stopping every process "
+                          f"of the run.", flush=True)
+                stop_all()
+                break
+            if line is None:
+                open_streams -= 1
+                # One launcher failed: in a multi-node run the others would wait for it forever.
+                if many and procs[node].wait() != 0:
+                    stop_all()
+                continue
+            match = _RANK_LINE.match(line)
+            if match:
+                # torch prefixes a rank's own log records and tracebacks with "[rankN]:" too.
+                text = re.sub(rf"^\[rank{match.group(1)}\]: ?", "", match.group(2))
+                result.rank_lines.setdefault(int(match.group(1)), []).append(text)
+                shown = line
+            else:
+                result.launcher_lines.append(line)
+                # torchrun ends a failed run with its own Python traceback (ChildFailedError):
+                # keep it in the result, show the rank's own traceback instead.
+                in_traceback[node] = in_traceback[node] or line.startswith("Traceback (most recent")
+                label = f"[torchrun node{node}]" if many else "[torchrun]"
+                shown = None if in_traceback[node] or not line.strip() else f"{label} {line}"
+            if echo and shown is not None:
+                print(shown, flush=True)
+    except BaseException:  # KeyboardInterrupt (the notebook's stop button) included
+        stop_all()
+        raise
+    finally:
+        for proc in procs:
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                stop_all()
+        result.strays_killed += _kill_marked(launch_id)
+        for reader in readers:
+            reader.join(timeout=5)
+    codes = [p.returncode for p in procs]
+    result.returncode = next((c for c in codes if c != 0), 0)
+    result.seconds = time.monotonic() - start
+
+    if not result.ok and not result.timed_out:
+        text = "\n".join(result.launcher_lines)
+        found = _ROOT_CAUSE_RANK.search(text[text.find("Root Cause"):]) if "Root Cause" in text else None
+        if found:
+            result.failed_rank = int(found.group(1))
+        else:  # no summary (e.g. torchrun itself was killed): the first rank with a traceback
+            result.failed_rank = next((r for r, ls in sorted(result.rank_lines.items())
+                                       if any(x.startswith("Traceback") for x in ls)), None)
+        if result.failed_rank is not None:
+            result.traceback = _extract_traceback(result.lines(result.failed_rank))
+    if echo:
+        print(f"[trnlab] {result.summary()}", flush=True)
+        if result.traceback:
+            print(f"[trnlab] traceback of rank {result.failed_rank}:\n{result.traceback}", flush=True)
+    return result
+
+
+def launch(script, script_args=(), *, nproc_per_node: int | None = None, device: str | None = None,
+           tp_size: int | None = None, fsdp_size: int | None = None, model=None,
+           timeout: float = 600.0, env: dict[str, str] | None = None, module: bool = False,
+           echo: bool = True, check: bool = False, grace: float = 15.0) -> LaunchResult:
+    """Run ``script`` under ``torchrun`` on this machine, streaming every rank's lines live.
+
+    * Process count and backend come from :func:`plan_processes` (``nproc_per_node`` defaults
+      to ``tp_size * fsdp_size`` when those are given). With ``tp_size``/``fsdp_size``,
+      :func:`validate_parallel_sizes` checks them against the processes and the model's
+      config (``model``: a name or config, ``None`` for the course model) before anything starts.
+    * Every line is printed as it arrives, prefixed ``[rankN]:`` by torchrun (``--tee=3``);
+      the launcher's own lines are prefixed ``[torchrun]``. Returns a :class:`LaunchResult`;
+      ``result.returncode`` is torchrun's exit status, ``result.lines(rank)`` a rank's output.
+    * A failing rank: torchrun stops the others; its traceback is printed once more at the
+      end, plainly, and kept in ``result.traceback``. After ``timeout`` seconds the run is
+      stopped (SIGTERM to torchrun's process group, SIGKILL after ``grace`` s). In every case
+      no process of the run is left: each carries a launch id in its environment
+      (:data:`LAUNCH_ID_VAR`) and stragglers are killed.
+    * ``check=True`` raises :class:`LaunchError` instead of returning a failed result.
+    """
+    if tp_size is not None or fsdp_size is not None:
+        nproc_per_node = nproc_per_node or (tp_size or 1) * (fsdp_size or 1)
+    plan = plan_processes(nproc_per_node, device)
+    if tp_size is not None or fsdp_size is not None:
+        from trnlab.models import model_name
+        validate_parallel_sizes(plan.nproc_per_node, tp_size or 1, fsdp_size or 1,
+                                model_config=model if model is not None else model_name())
+    cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module)
+    if echo:
+        print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
+    result = _run_launchers([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)
+    if check and not result.ok:
+        raise LaunchError(result.summary() + (f"\n{result.traceback}" if result.traceback else ""), result)
+    return result
+
+
+def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_node: int = 1,
+                          rdzv_backend: str = "static", timeout: float = 300.0,
+                          env: dict[str, str] | None = None, module: bool = False,
+                          echo: bool = True, grace: float = 15.0) -> LaunchResult:
+    """Rehearse a multi-node run on this machine: ``nnodes`` torchrun launchers on 127.0.0.1.
+
+    The launchers get exactly the :func:`multinode_commands` a cluster would (rendezvous at
+    ``127.0.0.1:<free port>``) and form one job of ``nnodes * nproc_per_node`` ranks on gloo.
+    Output, failure and timeout handling are those of :func:`launch`; if one launcher fails,
+    the others are stopped too. Used by the tests and notebook 05.
+    """
+    endpoint = f"127.0.0.1:{free_port()}"
+    commands = multinode_commands(script, script_args, nnodes=nnodes, nproc_per_node=nproc_per_node,
+                                  rdzv_endpoint=endpoint, rdzv_backend=rdzv_backend,
+                                  rdzv_id=f"loopback-{uuid.uuid4().hex[:8]}", module=module,
+                                  python=None, tee=True)
+    plan = plan_processes(nnodes * nproc_per_node, "cpu")
+    if echo:
+        for node, cmd in enumerate(commands):
+            print(f"$ {shlex.join(cmd)}    # node {node}", flush=True)
+    return _run_launchers(commands, {**plan.env, **(env or {})}, timeout, grace, echo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: python -m trnlab launch
+# ---------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trnlab launch [options] SCRIPT [ARGS...]``: run, or print, a torchrun launch."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trnlab launch",
+        description="Launch SCRIPT with torchrun on this machine, or print the commands for a "
+                    "multi-node run or a Slurm batch script (--dry-run).")
+    parser.add_argument("script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    parser.add_argument("--nproc-per-node", type=int, default=None,
+                        help="processes per node (default: one per NeuronCore/GPU, or tp*fsdp, or 2 on CPU)")
+    parser.add_argument("--tp-size", type=int, default=None)
+    parser.add_argument("--fsdp-size", type=int, default=None)
+    parser.add_argument("--model", default=None,
+                        help="model whose config is checked (default: TRNLAB_MODEL or the course model)")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 (multi-node)")
+    parser.add_argument("--rdzv-backend", default="static", choices=["static", "c10d"])
+    parser.add_argument("--slurm", action="store_true", help="print a Slurm batch script (implies --dry-run)")
+    parser.add_argument("--instance", default="trn2.48xlarge", choices=sorted(NEURON_CORES_PER_INSTANCE))
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.slurm:
+            nproc = args.nproc_per_node
+            if args.tp_size or args.fsdp_size:
+                per_node = nproc or NEURON_CORES_PER_INSTANCE[args.instance]
+                validate_parallel_sizes(per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1)
+            print(slurm_script(args.script, args.script_args, nnodes=args.nnodes, instance=args.instance,
+                               nproc_per_node=nproc), end="")
+            return 0
+        if args.nnodes > 1:
+            if not args.nproc_per_node:
+                parser.error("a multi-node run needs --nproc-per-node (the processes on each node)")
+            if args.tp_size or args.fsdp_size:
+                validate_parallel_sizes(args.nproc_per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1)
+            commands = multinode_commands(args.script, args.script_args, nnodes=args.nnodes,
+                                          nproc_per_node=args.nproc_per_node,
+                                          rdzv_endpoint=args.rdzv_endpoint or "NODE0_ADDRESS:29500",
+                                          rdzv_backend=args.rdzv_backend)
+            for node, cmd in enumerate(commands):
+                print(f"# on node {node}:\n{shlex.join(cmd)}")
+            if not args.dry_run:
+                print("(not started: run each command on its node, or submit --slurm's script)", file=sys.stderr)
+            return 0
+        if args.dry_run:
+            nproc = args.nproc_per_node or ((args.tp_size or 1) * (args.fsdp_size or 1)
+                                            if args.tp_size or args.fsdp_size else None)
+            plan = plan_processes(nproc)
+            if args.tp_size or args.fsdp_size:
+                from trnlab.models import model_name
+                validate_parallel_sizes(plan.nproc_per_node, args.tp_size or 1, args.fsdp_size or 1,
+                                        model_config=args.model or model_name())
+            print(shlex.join(torchrun_command(args.script, args.script_args, nproc_per_node=plan.nproc_per_node,
+                                              python="torchrun", tee=False)))
+            print(f"# {plan}")
+            return 0
+        result = launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
+                        tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
+                        timeout=args.timeout)
+    except LaunchConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return result.returncode if result.returncode is not None else 1

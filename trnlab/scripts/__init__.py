@@ -1,0 +1,1 @@
+"""Scripts that ``trnlab.launch`` runs under torchrun (one process per rank)."""

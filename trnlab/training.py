@@ -1,0 +1,578 @@
+"""Fine-tune with ``Trainer`` the way the page teaches, and watch what gets compiled.
+
+The page's training claims (facts file, 7 to 9): ``TrainingArguments`` finds the Neuron
+device and every Trainium generation computes in bf16; ``torch_compile=True`` wraps the model
+in ``torch.compile`` with the backend set to ``"neuron"`` automatically; every new input shape
+compiles a new graph, so pad to a fixed length and drop the last, short batch.
+
+* :func:`training_arguments` builds those ``TrainingArguments`` and says what it chose.
+* :func:`make_trainer` builds the ``Trainer``; off Trainium it compiles with ``dynamic=False``
+  like ``Trainer`` does on Neuron, so a CPU run recompiles on every new shape as Trainium does.
+* :class:`TrainingRecorder` records loss, step time, batch shape and graphs compiled per step.
+* :class:`LiveLossPlot` redraws the loss curve in place while a notebook trains.
+* :class:`StopAtStep` and :func:`last_checkpoint` interrupt and resume a run.
+
+Notebook 04 and ``python -m trnlab bench train`` use this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from trnlab.compile_tracking import CompileTracker
+from trnlab.device import bf16_supported
+
+#: accelerate reads this when the Trainer builds its TorchDynamoPlugin (``dynamic`` unset).
+_DYNAMIC_ENV_VAR = "ACCELERATE_DYNAMO_USE_DYNAMIC"
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments and Trainer
+
+
+def precision_choice(device: torch.device | str) -> tuple[bool, str]:
+    """``(bf16, reason)``: whether to train in bf16 on ``device``, and why, in one sentence."""
+    backend = torch.device(device).type
+    if bf16_supported(backend):
+        if backend == "neuron":
+            return True, "bf16=True: every Trainium generation computes in bfloat16 natively."
+        return True, f"bf16=True: this {backend} device supports bfloat16 natively."
+    if backend == "cpu":
+        return False, ("bf16=False: on CPU bfloat16 is emulated and slow on most chips (and Transformers "
+                       "allows it there only with use_cpu=True), so this run trains in float32; "
+                       "on Trainium the same call picks bf16=True.")
+    return False, f"bf16=False: this {backend} device has no native bfloat16."
+
+
+def training_arguments(output_dir: str | os.PathLike, device: torch.device | str, *,
+                       max_steps: int, batch_size: int = 8, learning_rate: float = 1e-3,
+                       compile_backend: str | None = None, seed: int = 0,
+                       save_steps: int | None = None, verbose: bool = True,
+                       **overrides) -> TrainingArguments:
+    """``TrainingArguments`` as the page teaches them, for ``device``.
+
+    * ``bf16`` where the device computes it natively (always on Neuron), see :func:`precision_choice`;
+    * ``torch_compile=True`` with ``torch_compile_backend=compile_backend``: ``None`` lets
+      Transformers pick (``"neuron"`` on Trainium, ``"inductor"`` elsewhere);
+    * ``dataloader_drop_last=True``, so the last short batch cannot make a new shape;
+    * ``use_cpu=True`` on CPU; loss logged every step; a checkpoint every ``save_steps`` steps
+      (none if ``None``); non-pad tokens counted in ``state.num_input_tokens_seen``.
+
+    ``overrides`` go to ``TrainingArguments`` last. With ``verbose`` it prints what it chose.
+    """
+    device = torch.device(device)
+    bf16, reason = precision_choice(device)
+    if device.type == "neuron" and compile_backend not in (None, "neuron"):
+        raise ValueError(f"compile_backend={compile_backend!r} on Neuron: leave it None so Transformers "
+                         "picks 'neuron', the backend that builds Trainium graphs")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+    kwargs = dict(
+        output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        bf16=bf16, use_cpu=device.type == "cpu",
+        torch_compile=True, torch_compile_backend=compile_backend,
+        dataloader_drop_last=True, dataloader_num_workers=0,
+        seed=seed, data_seed=seed, logging_steps=1, report_to="none",
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+        include_num_input_tokens_seen="non_padding",
+    )
+    kwargs.update(overrides)
+    with _quiet_transformers():
+        args = TrainingArguments(**kwargs)
+    if verbose:
+        print(reason)
+        print(describe_arguments(args))
+    return args
+
+
+def course_compile_backend(device: torch.device | str, requested: str | None = None) -> str | None:
+    """The ``torch.compile`` backend notebook 04 trains with: ``requested`` if given, else
+
+    * on Neuron ``None``: Transformers picks ``"neuron"``, the backend the page teaches;
+    * elsewhere ``"eager"``: dynamo captures exactly the graphs it would for Neuron (same
+      count, a recompile per new shape) and runs them with eager PyTorch. Transformers' own
+      pick there, ``"inductor"``, compiles forward and backward to C++ and takes minutes per
+      graph on a 2-core machine; ``python -m trnlab bench train`` runs it.
+    """
+    if requested:
+        return requested
+    return None if torch.device(device).type == "neuron" else "eager"
+
+
+def describe_arguments(args: TrainingArguments) -> str:
+    """The fields of ``args`` the page talks about, one per line (device, bf16, compile backend...)."""
+    backend = args.torch_compile_backend
+    lines = [
+        f"device:                {args.device}",
+        f"bf16:                  {args.bf16}",
+        f"torch_compile:         {args.torch_compile}",
+        f"torch_compile_backend: {backend!r}  (picked by Transformers unless set)",
+        f"dataloader_drop_last:  {args.dataloader_drop_last}",
+    ]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    # TrainingArguments warns "the speedups for torchdynamo mostly come with GPU Ampere" on any
+    # machine without a GPU, Trainium included: misleading in this course, so silenced here only.
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def make_trainer(model, args: TrainingArguments, train_dataset, data_collator, *,
+                 callbacks: Sequence[TrainerCallback] = (), static_shapes: bool = True,
+                 **trainer_kwargs) -> Trainer:
+    """A ``Trainer`` for ``model``; with ``static_shapes`` it compiles with ``dynamic=False``.
+
+    On Neuron, ``Trainer`` already passes ``dynamic=False`` to ``torch.compile`` (the Neuron
+    backend rejects dynamic shapes), so every new shape compiles a new graph. Elsewhere it
+    passes ``dynamic=None``, and dynamo would turn a changing length into a symbolic one after
+    the second shape, hiding the recompiles Trainium does. ``static_shapes=True`` sets
+    accelerate's ``ACCELERATE_DYNAMO_USE_DYNAMIC=false`` while the Trainer is built, so every
+    device compiles the way Trainium does. A :class:`TrainingRecorder` in ``callbacks`` also
+    sees every batch the collator builds (and, with ``disable_tqdm``, replaces the printing of
+    every log line). Build new ``TrainingArguments`` for each Trainer: they set up the shared
+    Accelerate state the Trainer reads.
+    """
+    for callback in callbacks:
+        if isinstance(callback, TrainingRecorder):
+            data_collator = callback.watch(data_collator)
+    with _env(_DYNAMIC_ENV_VAR, "false" if static_shapes and args.torch_compile else None):
+        trainer = Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=data_collator,
+                          callbacks=list(callbacks), **trainer_kwargs)
+    if args.disable_tqdm and any(isinstance(c, TrainingRecorder) for c in callbacks):
+        from transformers import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # it would print every log dict; the recorder keeps them
+    return trainer
+
+
+def compile_settings(trainer: Trainer) -> dict:
+    """The keyword arguments the Trainer will give ``torch.compile`` (empty if it does not compile)."""
+    plugin = trainer.accelerator.state.dynamo_plugin
+    if str(plugin.backend.value).lower() == "no":
+        return {}
+    return {"backend": plugin.backend.value.lower(), "mode": plugin.mode, "dynamic": plugin.dynamic}
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording what happens per step
+
+
+@dataclass
+class StepRecord:
+    """One optimizer step: loss, wall seconds, batch shape, tokens, graphs compiled."""
+
+    step: int
+    loss: float | None
+    seconds: float
+    shape: tuple[int, ...] | None
+    real_tokens: int | None
+    tokens: int | None
+    new_graphs: int
+    graphs_so_far: int
+    compile_seconds_so_far: float
+
+
+class _WatchedCollator:
+    """Calls ``collator`` and hands each batch's shape and token counts to ``recorder``."""
+
+    def __init__(self, collator, recorder: TrainingRecorder):
+        self.collator, self.recorder = collator, recorder
+
+    def __call__(self, rows):
+        batch = self.collator(rows)
+        mask = batch.get("attention_mask")
+        real = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        self.recorder._batches.append((tuple(batch["input_ids"].shape), real, batch["input_ids"].numel()))
+        return batch
+
+
+@dataclass
+class TrainingRecorder(TrainerCallback):
+    """Callback: per step, the loss, step time, batch shape and graphs compiled so far.
+
+    Graphs are counted with :class:`~trnlab.compile_tracking.CompileTracker` from the start of
+    ``train()``. *Warm-up* is the first ``warmup_steps`` optimizer steps (default 1: the first
+    step traces and compiles the forward, AOTAutograd the backward with it; the optimizer
+    step runs eager). :attr:`graphs_after_warmup` counts graphs compiled after it: 0 for a
+    static-shape run, one per new shape with dynamic padding. Pass it to :func:`make_trainer`,
+    which routes the collator through it so each step also knows its batch shape.
+    """
+
+    warmup_steps: int = 1
+    steps: list[StepRecord] = field(default_factory=list)
+    tracker: CompileTracker = field(default_factory=CompileTracker)
+    _batches: list = field(default_factory=list, repr=False)
+    _step_start: float = 0.0
+    _graphs_at_step_start: int = 0
+
+    def watch(self, collator):
+        """Wrap ``collator`` so this recorder sees every batch it builds (``make_trainer`` does it)."""
+        return collator if isinstance(collator, _WatchedCollator) else _WatchedCollator(collator, self)
+
+    # -- TrainerCallback hooks
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.steps.clear()
+        self._batches.clear()
+        self.tracker.__enter__()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._graphs_at_step_start = self.tracker.graphs
+        self._step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        seconds = time.perf_counter() - self._step_start
+        graphs = self.tracker.graphs
+        i = len(self.steps)
+        shape, real, tokens = self._batches[i] if i < len(self._batches) else (None, None, None)
+        self.steps.append(StepRecord(state.global_step, None, seconds, shape, real, tokens,
+                                     graphs - self._graphs_at_step_start, graphs, self.tracker.compile_seconds))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs and self.steps and self.steps[-1].step == state.global_step:
+            self.steps[-1].loss = float(logs["loss"])
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.tracker.__exit__(None, None, None)
+
+    # -- results
+    @property
+    def losses(self) -> list[float]:
+        return [s.loss for s in self.steps if s.loss is not None]
+
+    @property
+    def graphs(self) -> int:
+        """Graphs compiled during training."""
+        return self.tracker.graphs
+
+    @property
+    def graphs_after_warmup(self) -> int:
+        """Graphs compiled after the first ``warmup_steps`` steps."""
+        return sum(s.new_graphs for s in self.steps[self.warmup_steps:])
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Distinct batch shapes, in order of first appearance."""
+        return list(dict.fromkeys(s.shape for s in self.steps if s.shape is not None))
+
+    def _steady(self) -> list[StepRecord]:
+        return [s for s in self.steps[self.warmup_steps:] if s.new_graphs == 0]
+
+    @property
+    def steady_step_seconds(self) -> float | None:
+        """Median time of the steps after warm-up that compiled nothing (``None`` if none)."""
+        steady = self._steady()
+        return statistics.median(s.seconds for s in steady) if steady else None
+
+    @property
+    def padding_waste(self) -> float | None:
+        """Fraction of pad tokens over all batches trained on."""
+        counted = [s for s in self.steps if s.tokens]
+        return 1 - sum(s.real_tokens for s in counted) / sum(s.tokens for s in counted) if counted else None
+
+    @property
+    def real_tokens_per_second(self) -> float | None:
+        """Non-pad tokens per second over the steady steps (compiling steps excluded)."""
+        steady = [s for s in self._steady() if s.real_tokens is not None]
+        seconds = sum(s.seconds for s in steady)
+        return sum(s.real_tokens for s in steady) / seconds if steady and seconds > 0 else None
+
+    @property
+    def total_seconds(self) -> float:
+        """Wall seconds of all steps (compiling ones included)."""
+        return sum(s.seconds for s in self.steps)
+
+    @property
+    def compiling_step_seconds(self) -> float:
+        """Wall seconds of the steps that compiled a graph.
+
+        Dynamo's compile time (``compile_seconds``) covers tracing and compiling the forward;
+        the backward graph is compiled inside the first backward call, so only the time of
+        the compiling steps shows the whole cost.
+        """
+        return sum(s.seconds for s in self.steps if s.new_graphs)
+
+    @property
+    def real_tokens_per_second_overall(self) -> float | None:
+        """Non-pad tokens per second over all steps, compiling ones included."""
+        counted = [s for s in self.steps if s.real_tokens is not None]
+        seconds = sum(s.seconds for s in counted)
+        return sum(s.real_tokens for s in counted) / seconds if counted and seconds > 0 else None
+
+    def summary(self) -> dict:
+        """The figures notebook 04's table and the benchmark report, as a dict."""
+        return {
+            "steps": len(self.steps),
+            "shapes": len(self.shapes),
+            "graphs": self.graphs,
+            "graphs_after_warmup": self.graphs_after_warmup,
+            "compile_seconds": self.tracker.compile_seconds,
+            "compiling_step_seconds": self.compiling_step_seconds,
+            "steady_step_seconds": self.steady_step_seconds,
+            "padding_waste": self.padding_waste,
+            "real_tokens_per_second": self.real_tokens_per_second,
+            "real_tokens_per_second_overall": self.real_tokens_per_second_overall,
+            "final_loss": self.losses[-1] if self.losses else None,
+            "total_seconds": self.total_seconds,
+        }
+
+    def table(self) -> list[dict]:
+        """One dict per step (for printing or plotting)."""
+        return [dict(s.__dict__) for s in self.steps]
+
+
+class StopAtStep(TrainerCallback):
+    """Stop training after optimizer step ``step``, as if the machine went away there.
+
+    Notebook 04 and the resume test use it to interrupt a run between two checkpoints.
+    """
+
+    def __init__(self, step: int):
+        if step < 1:
+            raise ValueError(f"step must be at least 1, got {step}")
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+        return control
+
+
+def last_checkpoint(output_dir: str | os.PathLike) -> str:
+    """The newest ``checkpoint-N`` folder in ``output_dir``, for ``train(resume_from_checkpoint=...)``.
+
+    Raises ``FileNotFoundError`` saying how to get checkpoints when there is none.
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(output_dir)) if os.path.isdir(output_dir) else None
+    if found is None:
+        raise FileNotFoundError(
+            f"no checkpoint-N folder in {output_dir}: train with save_steps set "
+            "(trnlab.training.training_arguments(..., save_steps=N)) so there is one to resume from")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+
+
+def _figure_png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_steps: Iterable[int] = (),
+                    label: str | None = None, **plot_kwargs):
+    """Draw a loss curve on ``ax``, with a dotted line at every step that compiled a graph."""
+    line, = ax.plot(steps, losses, marker=".", label=label, **plot_kwargs)
+    for step in compiled_steps:
+        ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    return line
+
+
+class LiveLossPlot(TrainerCallback):
+    """Callback: a loss curve that redraws in place while a notebook trains.
+
+    It shows one image through an IPython display handle and updates it every ``every``
+    steps, with a dotted line at each step that compiled a graph. It renders to PNG itself,
+    so it works the same in JupyterLab and under nbconvert/nbval; outside IPython it draws
+    nothing. ``reference`` (``{step: loss}``) is drawn dashed behind, e.g. an earlier run.
+    """
+
+    def __init__(self, title: str = "training loss", every: int = 1,
+                 reference: Mapping[int, float] | None = None, reference_label: str = "reference"):
+        self.title, self.every = title, max(1, every)
+        self.reference, self.reference_label = dict(reference or {}), reference_label
+        self.steps: list[int] = []
+        self.losses: list[float] = []
+        self.compiled_steps: list[int] = []
+        self._handle = None
+        self._graphs = 0
+
+    def _display(self):
+        try:
+            from IPython import get_ipython
+            from IPython.display import Image, display
+        except ImportError:
+            return None
+        if get_ipython() is None:
+            return None
+        return display(Image(data=self._render()), display_id=True)
+
+    def _render(self) -> bytes:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6, 3))
+        ax = fig.add_subplot()
+        if self.reference:
+            ax.plot(list(self.reference), list(self.reference.values()), "--", color="grey",
+                    label=self.reference_label)
+        draw_loss_curve(ax, self.steps, self.losses, self.compiled_steps, label="this run")
+        ax.set_title(f"{self.title} (dotted: a graph was compiled)", fontsize=10)
+        if self.reference:
+            ax.legend(fontsize=8)
+        return _figure_png(fig)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from trnlab.compile_tracking import graphs_compiled
+
+        self._graphs = graphs_compiled()
+        self._handle = self._display()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from trnlab.compile_tracking import graphs_compiled
+
+        now = graphs_compiled()
+        if now > self._graphs:
+            self.compiled_steps.append(state.global_step)
+        self._graphs = now
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs:
+            return
+        self.steps.append(state.global_step)
+        self.losses.append(float(logs["loss"]))
+        if self._handle is not None and len(self.steps) % self.every == 0:
+            from IPython.display import Image
+
+            self._handle.update(Image(data=self._render()))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._handle is not None:
+            from IPython.display import Image
+
+            self._handle.update(Image(data=self._render()))
+
+
+def plot_strategy_comparison(results: Mapping[str, Mapping]):
+    """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy.
+
+    Panels (those present in the dicts): graphs compiled, seconds spent in compiling steps,
+    steady step time, padding waste, real tokens per second, final loss. Returns the
+    matplotlib figure. Used by notebook 04.
+    """
+    import matplotlib.pyplot as plt
+
+    panels = [("graphs", "graphs compiled"), ("compiling_step_seconds", "seconds in compiling steps"),
+              ("steady_step_seconds", "steady step (s)"), ("padding_waste", "padding waste (fraction)"),
+              ("real_tokens_per_second", "real tokens / s (steady)"), ("final_loss", "final loss")]
+    panels = [(key, title) for key, title in panels if any(key in r for r in results.values())]
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
+    axes = axes.ravel()
+    for axis in axes[len(panels):]:
+        axis.set_visible(False)
+    names = list(results)
+    for axis, (key, title) in zip(axes, panels):
+        values = [results[name].get(key) or 0 for name in names]
+        axis.bar(names, values, color=[f"C{i}" for i in range(len(names))])
+        axis.set_title(title, fontsize=10)
+        axis.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return fig
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return "-" if value is None else str(value)
+
+
+def _text_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                     for row in rows)
+
+
+def format_table(results: Mapping[str, Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain-text table of summary dicts, one row per strategy (numbers rounded for reading)."""
+    columns = list(columns or next(iter(results.values())).keys())
+    return _text_table([["strategy", *columns]] +
+                       [[name, *(_cell(r.get(c)) for c in columns)] for name, r in results.items()])
+
+
+def format_steps(recorder: TrainingRecorder,
+                 columns: Sequence[str] = ("step", "shape", "new_graphs", "graphs_so_far")) -> str:
+    """A plain-text table of the recorder's steps, with the chosen :class:`StepRecord` fields."""
+    return _text_table([list(columns)] + [[_cell(getattr(s, c)) for c in columns] for s in recorder.steps])
+
+
+# ---------------------------------------------------------------------------------------------
+# One strategy, end to end (notebook 04 and the benchmark)
+
+
+def fresh_compile_cache() -> None:
+    """Forget every graph dynamo compiled in this process, so the next run starts cold like a new one.
+
+    Without it a second run of the same model class and shape reuses the first run's graph,
+    and its compile count would read 0. (On Trainium the NEFF cache on disk still saves the
+    neuronx-cc time: see notebook 03.)
+    """
+    torch._dynamo.reset()
+
+
+def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output_dir, device, *,
+                   length: int, max_steps: int, batch_size: int = 4, learning_rate: float = 2e-3,
+                   compile_backend: str | None = None, seed: int = 0, callbacks: Sequence[TrainerCallback] = (),
+                   cold_start: bool = True, resume_from_checkpoint: str | None = None, verbose: bool = False,
+                   **argument_overrides):
+    """Fine-tune ``model`` on ``texts`` shaped by ``strategy``; return ``(trainer, recorder)``.
+
+    ``strategy`` is one of :data:`trnlab.data.STRATEGIES`; rows are at most ``length`` tokens
+    (checked against ``model.config.max_position_embeddings``). The Trainer is built by
+    :func:`make_trainer` (static shapes) with a :class:`TrainingRecorder`, whose
+    :meth:`~TrainingRecorder.summary` gives the figures of notebook 04's table. With
+    ``cold_start`` the compile cache is cleared first (:func:`fresh_compile_cache`). The same
+    call with ``resume_from_checkpoint`` (see :func:`last_checkpoint`) resumes a run it started.
+    Extra keyword arguments go to :func:`training_arguments` (e.g. ``save_steps``, ``disable_tqdm``).
+    """
+    from trnlab.data import strategy_dataset
+
+    max_positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    dataset, collator = strategy_dataset(strategy, tokenizer, texts, length, max_positions=max_positions)
+    args = training_arguments(output_dir, device, max_steps=max_steps, batch_size=batch_size,
+                              learning_rate=learning_rate, compile_backend=compile_backend, seed=seed,
+                              verbose=verbose, **argument_overrides)
+    recorder = TrainingRecorder()
+    if cold_start:
+        fresh_compile_cache()
+    trainer = make_trainer(model, args, dataset, collator, callbacks=[recorder, *callbacks])
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    return trainer, recorder
