@@ -12,6 +12,15 @@ from trnlab import data, training
 from trnlab.models import load_tokenizer
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    # Tiny models on a shared 2-core machine: a second intra-op thread makes steps many times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return load_tokenizer()
@@ -44,6 +53,7 @@ def test_training_arguments_on_cpu(tmp_path, capsys):
     assert "torch_compile_backend: 'inductor'" in out
     assert args.dataloader_drop_last is True
     assert args.include_num_input_tokens_seen == "non_padding"
+    assert args.disable_tqdm is False  # progress bars stay on, as Transformers would have them
 
 
 @pytest.fixture
@@ -173,12 +183,36 @@ def test_live_plot_renders_and_stays_quiet_outside_ipython():
 
 
 def test_comparison_table_and_chart():
-    results = {"dynamic": {"graphs": 5, "compile_seconds": 9.5, "padding_waste": 0.2, "real_tokens_per_second": 100.0},
+    results = {"dynamic": {"graphs": 5, "compile_seconds": 9.5, "padding_waste": 0.2, "real_tokens_per_second": None},
                "packed": {"graphs": 1, "compile_seconds": 2.0, "padding_waste": 0.0, "real_tokens_per_second": 300.0}}
     table = training.format_table(results)
     lines = table.splitlines()
     assert lines[0].split() == ["strategy", "graphs", "compile_seconds", "padding_waste", "real_tokens_per_second"]
-    assert lines[1].split() == ["dynamic", "5", "9.500", "0.200", "100"]
+    assert lines[1].split() == ["dynamic", "5", "9.500", "0.200", "-"]
+    assert lines[2].split() == ["packed", "1", "2.000", "0.000", "300"]
     fig = training.plot_strategy_comparison(results)
-    assert len(fig.axes) == 4
-    assert [p.get_height() for p in fig.axes[0].patches] == [5, 1]
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == ["graphs compiled", "padding waste (fraction)", "real tokens / s (steady)"]
+    assert [p.get_height() for p in visible[0].patches] == [5, 1]
+    assert [t.get_text() for t in visible[2].texts] == ["n/a"]  # dynamic: no steady step to measure
+
+
+def test_live_plot_replaces_the_notebook_loss_table(tokenizer, packed, tmp_path, monkeypatch):
+    import transformers.trainer
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    # What Trainer does when it runs inside Jupyter: its progress callback is the notebook one.
+    monkeypatch.setattr(transformers.trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)
+    args = training.training_arguments(tmp_path, "cpu", max_steps=1, verbose=False, torch_compile=False)
+    collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
+    plain = training.make_trainer(tiny_model(tokenizer), args, packed, collator)
+    assert [type(c) for c in plain.callback_handler.callbacks if isinstance(c, NotebookProgressCallback)] == \
+        [NotebookProgressCallback]
+    args = training.training_arguments(tmp_path, "cpu", max_steps=1, verbose=False, torch_compile=False)
+    with_plot = training.make_trainer(tiny_model(tokenizer), args, packed, collator, callbacks=[training.LiveLossPlot()])
+    bars = [c for c in with_plot.callback_handler.callbacks if isinstance(c, NotebookProgressCallback)]
+    assert [type(c).__name__ for c in bars] == ["NotebookProgressBar"]
+    state = type("State", (), {"global_step": 1, "max_steps": 1})()
+    bars[0].on_train_begin(args, state, None)
+    bars[0].on_log(args, state, None, logs={"loss": 1.0})
+    assert bars[0].training_tracker.inner_table is None  # a bar, and no table of losses under it

@@ -2,7 +2,7 @@
 
 On Trainium every new input shape compiles a new graph (facts file, claims 2 and 9), so a
 training set must reach the model in as few shapes as possible. This module builds the
-course's fine-tuning dataset and the three ways of shaping it that notebook 04 compares:
+course's fine-tuning dataset and the ways of shaping it that notebook 04 compares:
 
 * :func:`fixed_length_dataset`: every row padded (or truncated) to one length, the page's
   ``padding="max_length"``; one shape, but the padding is wasted compute.
@@ -142,7 +142,7 @@ def _row(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, tor
 
 
 # ---------------------------------------------------------------------------------------------
-# The three ways of shaping the data
+# Building the rows
 
 
 def fixed_length_dataset(tokenizer, texts: Sequence[str], max_length: int, *,

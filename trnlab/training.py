@@ -87,6 +87,11 @@ def training_arguments(output_dir: str | os.PathLike, device: torch.device | str
         include_num_input_tokens_seen="non_padding",
     )
     kwargs.update(overrides)
+    if kwargs.get("disable_tqdm") is None:
+        # Transformers' own default, decided here because _quiet_transformers() would flip it.
+        from transformers.utils import logging
+
+        kwargs["disable_tqdm"] = logging.get_verbosity() > logging.WARNING
     with _quiet_transformers():
         args = TrainingArguments(**kwargs)
     if verbose:
@@ -162,8 +167,9 @@ def make_trainer(model, args: TrainingArguments, train_dataset, data_collator, *
     accelerate's ``ACCELERATE_DYNAMO_USE_DYNAMIC=false`` while the Trainer is built, so every
     device compiles the way Trainium does. A :class:`TrainingRecorder` in ``callbacks`` also
     sees every batch the collator builds (and, with ``disable_tqdm``, replaces the printing of
-    every log line). Build new ``TrainingArguments`` for each Trainer: they set up the shared
-    Accelerate state the Trainer reads.
+    every log line); with a :class:`LiveLossPlot`, the notebook progress bar loses its table
+    of losses, which the plot shows. Build new ``TrainingArguments`` for each Trainer: they
+    set up the shared Accelerate state the Trainer reads.
     """
     for callback in callbacks:
         if isinstance(callback, TrainingRecorder):
@@ -175,7 +181,31 @@ def make_trainer(model, args: TrainingArguments, train_dataset, data_collator, *
         from transformers import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # it would print every log dict; the recorder keeps them
+    if any(isinstance(c, LiveLossPlot) for c in callbacks):
+        _progress_bar_without_loss_table(trainer)
     return trainer
+
+
+def _progress_bar_without_loss_table(trainer: Trainer) -> None:
+    # In Jupyter, Trainer shows an HTML progress bar and under it a table with one row per logged
+    # loss: with logging_steps=1 that table grows by a row a step. The live plot shows the losses.
+    from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
+
+    if DEFAULT_PROGRESS_CALLBACK.__name__ != "NotebookProgressCallback":
+        return
+
+    class NotebookProgressBar(DEFAULT_PROGRESS_CALLBACK):
+        """Trainer's notebook progress bar, without its table of logged losses."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            super().on_train_begin(args, state, control, **kwargs)
+            self.training_tracker.inner_table = None  # the tracker draws no table when it has none
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            return None
+
+    if trainer.pop_callback(DEFAULT_PROGRESS_CALLBACK) is not None:
+        trainer.add_callback(NotebookProgressBar)
 
 
 def compile_settings(trainer: Trainer) -> dict:
@@ -338,6 +368,7 @@ class TrainingRecorder(TrainerCallback):
             "shapes": len(self.shapes),
             "graphs": self.graphs,
             "graphs_after_warmup": self.graphs_after_warmup,
+            "recompile_limit_hits": self.tracker.recompile_limit_hits,
             "compile_seconds": self.tracker.compile_seconds,
             "compiling_step_seconds": self.compiling_step_seconds,
             "steady_step_seconds": self.steady_step_seconds,
@@ -484,25 +515,29 @@ def plot_strategy_comparison(results: Mapping[str, Mapping]):
     """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy.
 
     Panels (those present in the dicts): graphs compiled, seconds spent in compiling steps,
-    steady step time, padding waste, real tokens per second, final loss. Returns the
-    matplotlib figure. Used by notebook 04.
+    steady step time, padding waste, real tokens per second (steady, and over all steps),
+    final loss; "n/a" marks a missing value. Returns the matplotlib figure. Used by notebook 04.
     """
     import matplotlib.pyplot as plt
 
     panels = [("graphs", "graphs compiled"), ("compiling_step_seconds", "seconds in compiling steps"),
               ("steady_step_seconds", "steady step (s)"), ("padding_waste", "padding waste (fraction)"),
-              ("real_tokens_per_second", "real tokens / s (steady)"), ("final_loss", "final loss")]
+              ("real_tokens_per_second", "real tokens / s (steady)"),
+              ("real_tokens_per_second_overall", "real tokens / s (all steps)"), ("final_loss", "final loss")]
     panels = [(key, title) for key, title in panels if any(key in r for r in results.values())]
-    columns = min(3, len(panels))
+    columns = min(4, len(panels))
     rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.0 * columns, 2.6 * rows), squeeze=False)
     axes = axes.ravel()
     for axis in axes[len(panels):]:
         axis.set_visible(False)
     names = list(results)
     for axis, (key, title) in zip(axes, panels):
-        values = [results[name].get(key) or 0 for name in names]
-        axis.bar(names, values, color=[f"C{i}" for i in range(len(names))])
+        values = [results[name].get(key) for name in names]
+        axis.bar(names, [v or 0 for v in values], color=[f"C{i}" for i in range(len(names))])
+        for i, value in enumerate(values):
+            if value is None:  # e.g. no steady step: every step compiled
+                axis.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
         axis.set_title(title, fontsize=10)
         axis.tick_params(axis="x", rotation=30)
     fig.tight_layout()
