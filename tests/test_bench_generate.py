@@ -6,7 +6,7 @@ import pytest
 
 from trnlab import bench_generate
 from trnlab.__main__ import main as cli
-from trnlab.generation import padding_waste
+from trnlab.generation import bucket_padding_tokens
 
 
 def test_quick_benchmark_writes_its_report(tmp_path, capsys):
@@ -18,7 +18,7 @@ def test_quick_benchmark_writes_its_report(tmp_path, capsys):
     lengths = workload["prompt_lengths"]
     assert len(lengths) == 6 and all(4 <= n <= 24 for n in lengths)
     assert len(workload["buckets"]) <= 2 and max(workload["buckets"]) == max(lengths)
-    assert workload["padded_tokens"] == padding_waste(lengths, workload["buckets"])
+    assert workload["padded_tokens"] == bucket_padding_tokens(lengths, workload["buckets"])
     assert workload["cache_length"] == max(lengths) + 4
     assert set(runs) == {"eager_unbucketed", "eager_bucketed", "compiled_unbucketed", "compiled_bucketed",
                          "compiled_bucketed_steady"}

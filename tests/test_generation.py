@@ -21,7 +21,7 @@ def brute_force_waste(lengths, k):
     best = None
     for size in range(0, k):
         for extra in itertools.combinations(candidates, size):
-            waste = gen.padding_waste(lengths, (*extra, longest))
+            waste = gen.bucket_padding_tokens(lengths, (*extra, longest))
             best = waste if best is None else min(best, waste)
     return best
 
@@ -34,17 +34,17 @@ def test_choose_buckets_matches_brute_force_on_small_inputs():
         buckets = gen.choose_buckets(lengths, k)
         assert len(buckets) <= k and max(buckets) == max(lengths) and list(buckets) == sorted(set(buckets))
         assert set(buckets) <= set(lengths)
-        assert gen.padding_waste(lengths, buckets) == brute_force_waste(lengths, k), (lengths, k, buckets)
+        assert gen.bucket_padding_tokens(lengths, buckets) == brute_force_waste(lengths, k), (lengths, k, buckets)
 
 
 def test_choose_buckets_known_answers():
     assert gen.choose_buckets([10, 10, 11, 50, 52], 2) == (11, 52)
     assert gen.choose_buckets([3, 1, 2], 1) == (3,)
-    assert gen.padding_waste([3, 1, 2], (3,)) == 3
+    assert gen.bucket_padding_tokens([3, 1, 2], (3,)) == 3
     # as many buckets as distinct lengths: every length is its own bucket, nothing wasted
     assert gen.choose_buckets([5, 3, 5, 9], 3) == (3, 5, 9)
     assert gen.choose_buckets([5, 3, 5, 9], 10) == (3, 5, 9)
-    assert gen.padding_waste([5, 3, 5, 9], (3, 5, 9)) == 0
+    assert gen.bucket_padding_tokens([5, 3, 5, 9], (3, 5, 9)) == 0
 
 
 def test_waste_falls_as_the_budget_grows():
@@ -79,11 +79,11 @@ def test_choose_buckets_rejects_bad_lengths():
 
 def test_bucket_for_and_padding_waste():
     assert [gen.bucket_for(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
-    assert gen.padding_waste([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
+    assert gen.bucket_padding_tokens([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
     with pytest.raises(gen.PromptTooLongError, match="longer than the longest bucket .32.*truncate=True"):
         gen.bucket_for(33, (8, 16, 32))
     with pytest.raises(gen.PromptTooLongError):
-        gen.padding_waste([4, 40], (8, 32))
+        gen.bucket_padding_tokens([4, 40], (8, 32))
     assert issubclass(gen.PromptTooLongError, ValueError)
 
 

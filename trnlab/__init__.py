@@ -49,7 +49,7 @@ from trnlab.generation import (
     generation_compile_config,
     identical_outputs,
     moved_to_model_device,
-    padding_waste,
+    bucket_padding_tokens,
     record_forward_inputs,
     reset_compile_state,
     run_generation_workload,

@@ -88,7 +88,7 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device="auto", mod
     prompts = gen.corpus_prompts(tokenizer, lengths, seed=settings["seed"])
     buckets = gen.ShapeBuckets(gen.choose_buckets(lengths, settings["buckets"], max_length=max_positions - new), new)
     buckets.check_model(model)
-    waste = gen.padding_waste(lengths, buckets.lengths)
+    waste = gen.bucket_padding_tokens(lengths, buckets.lengths)
     log(f"{len(prompts)} prompts, {len(set(lengths))} distinct lengths from {min(lengths)} to {max(lengths)}; "
         f"buckets {buckets.lengths}, cache length {buckets.cache_length}; backend {backend or 'neuron'}")
 

@@ -246,7 +246,7 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     return min(fitting)
 
 
-def padding_waste(lengths: Iterable[int], buckets: Sequence[int]) -> int:
+def bucket_padding_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:
     """Pad tokens added when each prompt length is padded up to its bucket (see :func:`bucket_for`)."""
     lengths = _check_lengths(lengths)
     buckets = sorted(_check_lengths(buckets))
@@ -254,7 +254,7 @@ def padding_waste(lengths: Iterable[int], buckets: Sequence[int]) -> int:
 
 
 def choose_buckets(lengths: Iterable[int], k: int, max_length: int | None = None) -> tuple[int, ...]:
-    """The at most ``k`` bucket lengths that minimise :func:`padding_waste` for ``lengths``.
+    """The at most ``k`` bucket lengths that minimise :func:`bucket_padding_tokens` for ``lengths``.
 
     ``lengths`` are the token counts of a sample of prompts, ``k`` the graph budget. An
     optimal bucket set uses only sample lengths (lowering a bucket to the longest prompt it
@@ -308,7 +308,7 @@ def waste_by_bucket_count(lengths: Iterable[int], max_k: int) -> list[dict]:
     rows = []
     for k in range(1, max_k + 1):
         buckets = choose_buckets(lengths, k)
-        wasted = padding_waste(lengths, buckets)
+        wasted = bucket_padding_tokens(lengths, buckets)
         rows.append({"k": k, "buckets": buckets, "padded_tokens": wasted,
                      "waste_fraction": wasted / (wasted + sum(lengths))})
     return rows
