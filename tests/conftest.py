@@ -63,3 +63,13 @@ def no_accelerator(monkeypatch):
     else:
         monkeypatch.delattr(torch, "neuron", raising=False)
     monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import fails like when absent
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run the test with one intra-op thread: on a shared 2-core machine a second thread makes
+    tiny-model training steps many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

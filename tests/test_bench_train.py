@@ -12,13 +12,7 @@ from trnlab.__main__ import main as cli
 from trnlab.models import load_tokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    # Tiny models on a shared 2-core machine: a second intra-op thread makes steps many times slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
