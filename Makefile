@@ -7,6 +7,8 @@ VENV ?= .venv
 # A CPU build on this kind of machine; never a bare `torch`, which pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# JupyterLab refuses to run as root unless told; containers and cloud images often are root.
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 STAMP := $(VENV)/.trnlab-installed
 
 .PHONY: setup lab test notebooks model clean
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 setup: $(STAMP)
 
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(LAB_ARGS) notebooks/
 
 test: setup
 	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider

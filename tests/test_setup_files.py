@@ -50,3 +50,14 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make lab" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_make_lab_opens_jupyterlab_on_the_notebooks():
+    import subprocess
+
+    dry_run = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    lab = [line for line in dry_run.splitlines() if "jupyter lab" in line]
+    assert lab and lab[-1].endswith("notebooks/"), dry_run
+    import os
+    if os.geteuid() == 0:  # JupyterLab refuses root without this flag
+        assert "--allow-root" in lab[-1]
