@@ -1,17 +1,30 @@
 # The course's single entry point. `make lab` opens the course, `make test` runs every test.
 # Both create the virtual environment in $(VENV) if missing and install the project into it.
 # In an existing environment (e.g. the Neuron venv on Trainium): make lab VENV=$$VIRTUAL_ENV
+# There nothing is upgraded and no file is written into the environment: only what is missing
+# is installed, and make says what it installs (or that everything is present).
 
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build on this kind of machine; never a bare `torch`, which pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+PIP ?= $(BIN)/python -m pip
+# Extra arguments for `jupyter lab`, e.g. on a remote trn instance: LAB_ARGS="--no-browser --port 8888"
+LAB_ARGS ?=
 # JupyterLab refuses to run as root unless told; containers and cloud images often are root.
-LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+# Kept apart from LAB_ARGS, so that setting LAB_ARGS never drops it.
+ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root)
+# The folder JupyterLab opens.
+NOTEBOOKS ?= notebooks/
+# The course's JupyterLab defaults (jupyter/labconfig/: no Jupyter news pop-up): found through
+# JUPYTER_CONFIG_PATH, so nothing is written into the environment or into ~/.jupyter.
+LAB_ENV := JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
 STAMP := $(VENV)/.trnlab-installed
+# An environment this Makefile did not create: it has a python but no stamp of ours.
+EXISTING_ENV := $(if $(wildcard $(BIN)/python),$(if $(wildcard $(STAMP)),,yes))
 
-.PHONY: setup lab test notebooks model clean
+.PHONY: setup browser-deps lab test notebooks model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,17 +35,80 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
+# Prints what an existing environment lacks, one line each: `torch`, `trnlab <why>`, or
+# `mismatch <requirement> <installed version>` for an installed package pip would have to replace.
+define CHECK_ENV
+import importlib.metadata as md, importlib.util as iu, os, sys
+root = os.path.realpath(sys.argv[1])
+if iu.find_spec("torch") is None:
+    print("torch")
+try:
+    dist = md.distribution("trnlab")
+except md.PackageNotFoundError:
+    sys.exit(print("trnlab is not installed"))
+spec = iu.find_spec("trnlab")
+origin = os.path.realpath(spec.origin) if spec and spec.origin else ""
+if not origin.startswith(root + os.sep):
+    sys.exit(print(f"trnlab is installed from {os.path.dirname(os.path.dirname(origin))}, not from this checkout"))
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+for req in map(Requirement, dist.requires or []):
+    if req.marker and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        version = md.version(req.name)
+    except md.PackageNotFoundError:
+        if req.name != "torch":
+            print(f"trnlab needs {req}, which is missing")
+        continue
+    if not req.specifier.contains(version, prereleases=True):
+        print(f"mismatch {req} {version}")
+endef
+export CHECK_ENV
+
+ifeq ($(EXISTING_ENV),yes)
+# Someone else's environment: install only what is missing, never upgrade pip, write no stamp.
+setup:
+	@todo="$$($(BIN)/python -I -c "$$CHECK_ENV" "$(CURDIR)")" || exit 1; \
+	if [ -z "$$todo" ]; then \
+	  echo "make setup: $(VENV) already has torch, trnlab (this checkout) and its dependencies: installing nothing"; exit 0; \
+	fi; \
+	if echo "$$todo" | grep -q '^mismatch '; then \
+	  echo "$$todo" | sed -n 's/^mismatch \(.*\) \(.*\)$$/make setup: $(VENV) has \2, but trnlab needs \1; pip would replace it./p'; \
+	  echo "make setup: installing nothing; install a matching version yourself (on Trainium: the Neuron build of torch)."; \
+	  exit 1; \
+	fi; \
+	if echo "$$todo" | grep -qx torch; then \
+	  echo "make setup: torch is not installed in $(VENV): running pip install $(TORCH_SPEC)"; \
+	  $(PIP) install -q $(TORCH_SPEC) || exit 1; \
+	fi; \
+	if echo "$$todo" | grep -qv '^torch$$'; then \
+	  echo "$$todo" | grep -v '^torch$$' | sed 's/^/make setup: /'; \
+	  echo "make setup: running pip install -e . in $(VENV)"; \
+	  $(PIP) install -q -e . || exit 1; \
+	fi
+else
 setup: $(STAMP)
+endif
 
 lab: setup
-	$(BIN)/jupyter lab $(LAB_ARGS) notebooks/
+	$(LAB_ENV) $(BIN)/jupyter lab $(ROOT_ARGS) $(LAB_ARGS) $(NOTEBOOKS)
 
-test: setup
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+# tests/browser drives JupyterLab in Chromium (Debian's chromium: apt-get install chromium) with
+# Playwright, installed here when missing (it is the project's `browser` extra).
+browser-deps: setup
+	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
 
-# Re-execute every notebook in place, so the committed outputs are true.
+test: setup browser-deps
+	$(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider
+
+# Re-execute every notebook in place, so the committed outputs are true; then normalize them
+# (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.
 notebooks: setup
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 notebooks/[0-9]*.ipynb
+	$(BIN)/python tools/normalize_notebooks.py notebooks/[0-9]*.ipynb
 
 # Rebuild the bundled tiny Qwen3 model (a few minutes on 2 CPU cores).
 model: setup

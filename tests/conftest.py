@@ -1,68 +1,49 @@
-"""Shared fixtures: a fake Neuron device for the neuron branch, and the bundled model."""
+"""Shared fixtures: the simulated Neuron device for the neuron branch, and the bundled model."""
 
 from __future__ import annotations
 
 import sys
-import types
 
 import pytest
 import torch
 
-
-class FakeNeuronModule(types.ModuleType):
-    """Stands in for ``torch.neuron`` as torch-neuronx registers it on a trn instance."""
-
-    def __init__(self, count: int = 4, bf16: bool = True):
-        super().__init__("torch.neuron")
-        self.count, self.bf16 = count, bf16
-
-    def is_available(self) -> bool:
-        return self.count > 0
-
-    def device_count(self) -> int:
-        return self.count
-
-    def is_bf16_supported(self) -> bool:
-        return self.bf16
-
-    # torch.manual_seed seeds every registered device module through these two.
-    def _is_in_bad_fork(self) -> bool:
-        return False
-
-    def manual_seed_all(self, seed: int) -> None:
-        self.seed = seed
+from trnlab.simulate import (SimulatedNeuronModule, _clear_detection_caches, _privateuse1_backend_name,
+                             simulate_neuron)
 
 
 @pytest.fixture
-def fake_neuron(monkeypatch):
-    """Make this process look like a trn instance with 4 NeuronCores.
+def fake_neuron():
+    """Make this process look like a trn2 instance with 4 NeuronCores: trnlab's simulated device.
 
-    Installs a fake ``torch_neuronx`` module and ``torch.neuron`` device module, and names
-    PyTorch's private backend "neuron" as torch-neuronx does. That rename cannot be undone,
-    and once it is done PyTorch (dynamo among others) expects a ``torch.neuron`` module: so
-    afterwards ``torch.neuron`` stays as a module with no device, which every test sees as
-    "no Neuron here". Yields the fake device module; set ``.count`` to change it.
+    :func:`trnlab.simulate.simulate_neuron` registers a SIMULATED ``torch.neuron`` (and a stand-in
+    ``torch_neuronx``), hides CUDA and clears the libraries' cached answers, so trnlab,
+    Transformers and Accelerate all take their Neuron branches; it restores everything on exit,
+    except the backend rename PyTorch cannot undo (``torch.neuron`` then has no device). Yields
+    the simulated module; set ``.cores`` (or ``.count``) to change it. Deliberately not built on
+    ``monkeypatch``: a test's own monkeypatch is then undone before the simulation ends.
     """
-    module = FakeNeuronModule()
-    fake_neuronx = types.ModuleType("torch_neuronx")
-    fake_neuronx.__version__ = "0.0.0+fake"
-    monkeypatch.setitem(sys.modules, "torch_neuronx", fake_neuronx)
-    if torch._C._get_privateuse1_backend_name() != "neuron":
-        torch.utils.rename_privateuse1_backend("neuron")
-    torch.neuron = module
-    yield module
-    torch.neuron = FakeNeuronModule(count=0)
+    with simulate_neuron(cores=4, bf16=True, notice=False) as module:
+        sys.modules["torch_neuronx"].__version__ = "0.0.0+fake"  # what tests/test_device.py expects
+        yield module
 
 
 @pytest.fixture
 def no_accelerator(monkeypatch):
     """Hide CUDA and Neuron, so the CPU path is taken even on a GPU machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    if torch._C._get_privateuse1_backend_name() == "neuron":  # renamed by fake_neuron earlier
-        monkeypatch.setattr(torch, "neuron", FakeNeuronModule(count=0))
-    else:
-        monkeypatch.delattr(torch, "neuron", raising=False)
     monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import fails like when absent
+    saved = torch.__dict__.get("neuron")
+    if _privateuse1_backend_name() == "neuron":  # renamed by a simulation earlier: keep a module
+        torch.neuron = SimulatedNeuronModule(cores=0)
+    elif saved is not None:
+        del torch.neuron
+    _clear_detection_caches()  # torch.accelerator caches the torch.neuron it saw last
+    yield
+    if saved is not None:
+        torch.neuron = saved
+    else:
+        torch.__dict__.pop("neuron", None)
+    _clear_detection_caches()
 
 
 @pytest.fixture

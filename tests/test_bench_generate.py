@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from trnlab import bench_generate
+from trnlab.bench import generate as bench_generate
 from trnlab.__main__ import main as cli
-from trnlab.generation import bucket_padding_tokens
+from trnlab.buckets import bucket_pad_tokens
 
 
 def test_quick_benchmark_writes_its_report(tmp_path, capsys):
@@ -18,7 +18,7 @@ def test_quick_benchmark_writes_its_report(tmp_path, capsys):
     lengths = workload["prompt_lengths"]
     assert len(lengths) == 6 and all(4 <= n <= 24 for n in lengths)
     assert len(workload["buckets"]) <= 2 and max(workload["buckets"]) == max(lengths)
-    assert workload["padded_tokens"] == bucket_padding_tokens(lengths, workload["buckets"])
+    assert workload["pad_tokens"] == bucket_pad_tokens(lengths, workload["buckets"])
     assert workload["cache_length"] == max(lengths) + 4
     assert set(runs) == {"eager_unbucketed", "eager_bucketed", "compiled_unbucketed", "compiled_bucketed",
                          "compiled_bucketed_steady"}
@@ -40,9 +40,15 @@ def test_settings_default_to_the_full_workload():
     args = bench_generate.build_parser().parse_args([])
     settings = bench_generate._settings(args)
     assert (settings["prompts"], settings["shortest"], settings["longest"]) == (64, 4, 200)
-    assert settings["backend"] == "inductor" and settings["buckets"] == 4 and not settings["compile_prefill"]
+    assert settings["backend"] is None and settings["buckets"] == 4 and not settings["compile_prefill"]
     quick = bench_generate._settings(bench_generate.build_parser().parse_args(["--quick", "--backend", "aot_eager"]))
     assert quick["prompts"] == 8 and quick["backend"] == "aot_eager"
+
+
+def test_backend_other_than_neuron_is_refused_on_neuron_not_replaced(fake_neuron):
+    settings = bench_generate._settings(bench_generate.build_parser().parse_args(["--backend", "inductor"]))
+    with pytest.raises(ValueError, match="backend 'inductor' cannot compile for a NeuronCore"):
+        bench_generate.run_benchmark(settings, model=object(), tokenizer=object(), device="neuron")
 
 
 def test_help_exits_cleanly(capsys):

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from trnlab import bench_train
+from trnlab.bench import train as bench_train
 from trnlab.__main__ import main as cli
 from trnlab.models import load_tokenizer
 
@@ -80,3 +80,12 @@ def test_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         bench_train.parse_args(["--strategies", "dynamic,sorted"])
     assert "unknown strategy 'sorted'" in capsys.readouterr().err
+
+
+def test_quick_changes_defaults_but_an_explicit_steps_wins():
+    quick = bench_train.parse_args(["--quick"])
+    assert (quick.steps, quick.batch_size, quick.texts) == (4, 2, 64)
+    chosen = bench_train.parse_args(["--quick", "--steps", "7", "--texts", "32"])
+    assert (chosen.steps, chosen.batch_size, chosen.texts) == (7, 2, 32)
+    full = bench_train.parse_args([])
+    assert (full.steps, full.batch_size, full.texts) == (16, 4, 256)

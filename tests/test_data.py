@@ -163,3 +163,14 @@ def test_other_bad_inputs(tokenizer, texts):
         data.PaddingCollator(tokenizer.pad_token_id, (8,))(rows[:2])
     with pytest.raises(ValueError, match="attention_mask"):
         data.padding_waste([{"input_ids": torch.ones(3)}])
+
+
+def test_collator_with_one_length_pads_shorter_rows_and_refuses_longer_ones():
+    collator = data.PaddingCollator(0, (4,))
+    rows = [{k: torch.tensor(v) for k, v in {"input_ids": [5, 6], "attention_mask": [1, 1],
+                                              "labels": [5, 6]}.items()}]
+    batch = collator(rows)
+    assert batch["input_ids"].tolist() == [[5, 6, 0, 0]] and batch["labels"].tolist() == [[5, 6, -100, -100]]
+    too_long = [{k: torch.arange(5) for k in ("input_ids", "attention_mask", "labels")}]
+    with pytest.raises(ValueError, match="a row has 5 tokens, more than the largest allowed length 4"):
+        collator(too_long)

@@ -15,7 +15,7 @@ def test_cpu_path_for_real(no_accelerator, capsys):
     assert dev.detect_backend() == "cpu"
     assert trnlab.pick_device() == torch.device("cpu")
     said = capsys.readouterr().out
-    assert "Using cpu" in said and "torch-neuronx is not installed" in said and "no CUDA GPU" in said
+    assert "Using cpu" in said and "no neuron device (TorchNeuron is not installed here" in said and "no CUDA GPU" in said
     x = torch.arange(4.0).to(trnlab.pick_device(verbose=False))
     assert x.device.type == "cpu" and x.sum().item() == 6.0
 

@@ -17,7 +17,8 @@ import torch
 import trnlab
 from trnlab import data
 from trnlab import distributed as td
-from trnlab.launch import launch
+from trnlab import plots
+from trnlab.launcher import launch
 
 SCRIPT = Path(td.__file__).parent / "scripts" / "train_sharded.py"
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_distributed.ipynb"
@@ -48,12 +49,12 @@ def test_batches_are_cut_in_order_and_split_evenly_between_fsdp_ranks():
 
 
 def test_pad_vocabulary_keeps_an_already_divisible_model(tmp_path):
-    name = trnlab.model_name()
-    from transformers import AutoConfig
-
-    if AutoConfig.from_pretrained(name).vocab_size % 64 == 0:
-        assert td.pad_vocabulary(name, tmp_path / "copy") == name
-        assert not (tmp_path / "copy").exists()
+    # The bundled vocabulary (761) does not divide by 64, so it is padded to 768; that copy
+    # already divides, so padding it again must hand it back untouched and write nothing.
+    padded = td.pad_vocabulary(trnlab.model_name(), tmp_path / "padded", multiple=64)
+    assert padded == str(tmp_path / "padded") and trnlab.load_config(padded).vocab_size % 64 == 0
+    assert td.pad_vocabulary(padded, tmp_path / "copy", multiple=64) == padded
+    assert not (tmp_path / "copy").exists()
 
 
 def test_trainer_path_is_a_working_trainer(tmp_path):
@@ -176,12 +177,12 @@ def test_tables_and_mesh_picture_from_reports():
 
     matplotlib.use("Agg")
     ranks = [_fake_report(r, r // 2, r % 2) for r in range(4)]
-    table = td.memory_table(ranks)
+    table = plots.memory_table(ranks)
     assert "   0     0   0           8          32        25.0%" in table
     assert "all" in table and "100.0%" in table
-    placements = td.placement_table(ranks, [ranks[0]["parameters"][0]["name"]])
+    placements = plots.placement_table(ranks, [ranks[0]["parameters"][0]["name"]])
     assert "rank 1 (fsdp 0, tp 1): (2, 4)      rows 4-5, cols 0-3" in placements
-    ax = td.plot_mesh(ranks, ["model.layers.0.self_attn.q_proj.weight"])
+    ax = plots.plot_mesh(ranks, ["model.layers.0.self_attn.q_proj.weight"])
     assert len(ax.texts) == 4 and "rank 3  (fsdp 1, tp 1)" in ax.texts[3].get_text()
-    ax = td.plot_losses(ranks, reference=[2.5, 1.5])
+    ax = plots.plot_losses(ranks, reference=[2.5, 1.5])
     assert len(ax.lines) == 6

@@ -1,4 +1,5 @@
-"""Generation helpers: padding, device moves, compile config, shape bucketing, the bucket chooser."""
+"""Generation helpers: prompts in one form, padding, device moves, compile config, shape bucketing,
+the bucket chooser and the workload harness."""
 
 import itertools
 import random
@@ -21,7 +22,7 @@ def brute_force_waste(lengths, k):
     best = None
     for size in range(0, k):
         for extra in itertools.combinations(candidates, size):
-            waste = gen.bucket_padding_tokens(lengths, (*extra, longest))
+            waste = trnlab.bucket_pad_tokens(lengths, (*extra, longest))
             best = waste if best is None else min(best, waste)
     return best
 
@@ -31,111 +32,124 @@ def test_choose_buckets_matches_brute_force_on_small_inputs():
     for _ in range(300):
         lengths = [rng.randint(1, 30) for _ in range(rng.randint(1, 9))]
         k = rng.randint(1, 5)
-        buckets = gen.choose_buckets(lengths, k)
+        buckets = trnlab.choose_buckets(lengths, k)
         assert len(buckets) <= k and max(buckets) == max(lengths) and list(buckets) == sorted(set(buckets))
         assert set(buckets) <= set(lengths)
-        assert gen.bucket_padding_tokens(lengths, buckets) == brute_force_waste(lengths, k), (lengths, k, buckets)
+        assert trnlab.bucket_pad_tokens(lengths, buckets) == brute_force_waste(lengths, k), (lengths, k, buckets)
 
 
 def test_choose_buckets_known_answers():
-    assert gen.choose_buckets([10, 10, 11, 50, 52], 2) == (11, 52)
-    assert gen.choose_buckets([3, 1, 2], 1) == (3,)
-    assert gen.bucket_padding_tokens([3, 1, 2], (3,)) == 3
+    assert trnlab.choose_buckets([10, 10, 11, 50, 52], 2) == (11, 52)
+    assert trnlab.choose_buckets([3, 1, 2], 1) == (3,)
+    assert trnlab.bucket_pad_tokens([3, 1, 2], (3,)) == 3
     # as many buckets as distinct lengths: every length is its own bucket, nothing wasted
-    assert gen.choose_buckets([5, 3, 5, 9], 3) == (3, 5, 9)
-    assert gen.choose_buckets([5, 3, 5, 9], 10) == (3, 5, 9)
-    assert gen.bucket_padding_tokens([5, 3, 5, 9], (3, 5, 9)) == 0
+    assert trnlab.choose_buckets([5, 3, 5, 9], 3) == (3, 5, 9)
+    assert trnlab.choose_buckets([5, 3, 5, 9], 10) == (3, 5, 9)
+    assert trnlab.bucket_pad_tokens([5, 3, 5, 9], (3, 5, 9)) == 0
 
 
 def test_waste_falls_as_the_budget_grows():
-    lengths = gen.sample_prompt_lengths(64, 4, 200, seed=0)
-    rows = gen.waste_by_bucket_count(lengths, 8)
-    wastes = [r["padded_tokens"] for r in rows]
+    lengths = trnlab.sample_prompt_lengths(64, 4, 200, seed=0)
+    rows = trnlab.padding_by_bucket_count(lengths, 8)
+    wastes = [r["pad_tokens"] for r in rows]
     assert wastes == sorted(wastes, reverse=True) and wastes[0] > wastes[-1] > 0
     assert [r["k"] for r in rows] == list(range(1, 9))
     assert all(len(r["buckets"]) == r["k"] for r in rows)
-    assert 0 < rows[-1]["waste_fraction"] < rows[0]["waste_fraction"] < 1
+    assert 0 < rows[-1]["padding_waste"] < rows[0]["padding_waste"] < 1
 
 
 @pytest.mark.parametrize("k", [0, -2, 1.5, "4", True, None])
 def test_choose_buckets_rejects_a_bad_budget(k):
     with pytest.raises(ValueError, match="positive integer"):
-        gen.choose_buckets([4, 8], k)
+        trnlab.choose_buckets([4, 8], k)
 
 
 def test_choose_buckets_rejects_bad_lengths():
-    with pytest.raises(ValueError, match="at least one prompt length"):
-        gen.choose_buckets([], 2)
+    with pytest.raises(ValueError, match="prompt lengths is empty"):
+        trnlab.choose_buckets([], 2)
     with pytest.raises(ValueError, match="positive integers"):
-        gen.choose_buckets([4, 0, 8], 2)
+        trnlab.choose_buckets([4, 0, 8], 2)
     with pytest.raises(ValueError, match="positive integers"):
-        gen.choose_buckets([4, -3], 2)
+        trnlab.choose_buckets([4, -3], 2)
     with pytest.raises(ValueError, match="positive integers"):
-        gen.choose_buckets([4, 2.5], 2)
+        trnlab.choose_buckets([4, 2.5], 2)
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        gen.choose_buckets([100, 600], 2, max_length=512)
-    assert gen.choose_buckets([100, 512], 2, max_length=512) == (100, 512)
+        trnlab.choose_buckets([100, 600], 2, max_positions=512)
+    assert trnlab.choose_buckets([100, 512], 2, max_positions=512) == (100, 512)
 
 
 def test_bucket_for_and_padding_waste():
-    assert [gen.bucket_for(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
-    assert gen.bucket_padding_tokens([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
-    with pytest.raises(gen.PromptTooLongError, match="longer than the longest bucket .32.*truncate=True"):
-        gen.bucket_for(33, (8, 16, 32))
-    with pytest.raises(gen.PromptTooLongError):
-        gen.bucket_padding_tokens([4, 40], (8, 32))
-    assert issubclass(gen.PromptTooLongError, ValueError)
+    assert [trnlab.bucket_for(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
+    assert trnlab.bucket_pad_tokens([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
+    with pytest.raises(trnlab.PromptTooLongError, match="longer than the longest bucket .32.*truncate=True"):
+        trnlab.bucket_for(33, (8, 16, 32))
+    with pytest.raises(trnlab.PromptTooLongError):
+        trnlab.bucket_pad_tokens([4, 40], (8, 32))
+    assert issubclass(trnlab.PromptTooLongError, ValueError)
 
 
 def test_shape_buckets_normalise_and_validate():
-    buckets = gen.ShapeBuckets([64, 16, 32, 16], max_new_tokens=8)
+    buckets = trnlab.ShapeBuckets([64, 16, 32, 16], max_new_tokens=8)
     assert buckets.lengths == (16, 32, 64) and buckets.longest == 64 and buckets.cache_length == 72
     assert buckets.bucket_for(17) == 32
-    with pytest.raises(ValueError, match="sequence of bucket lengths"):
-        gen.ShapeBuckets(64, 8)
-    with pytest.raises(ValueError, match="at least one"):
-        gen.ShapeBuckets((), 8)
+    with pytest.raises(TypeError, match="sequence of bucket lengths"):
+        trnlab.ShapeBuckets(64, 8)
+    with pytest.raises(ValueError, match="buckets is empty: pass at least one length"):
+        trnlab.ShapeBuckets((), 8)
     with pytest.raises(ValueError, match="positive integers"):
-        gen.ShapeBuckets((0, 8), 8)
+        trnlab.ShapeBuckets((0, 8), 8)
     with pytest.raises(ValueError, match="max_new_tokens must be a positive integer"):
-        gen.ShapeBuckets((8,), 0)
+        trnlab.ShapeBuckets((8,), 0)
     fake_model = types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=64))
-    gen.ShapeBuckets((32, 56), 8).check_model(fake_model)  # 64 positions: fits exactly
+    trnlab.ShapeBuckets((32, 56), 8).check_model(fake_model)  # 64 positions: fits exactly
     with pytest.raises(ValueError, match="max_position_embeddings=64: lower the longest bucket"):
-        gen.ShapeBuckets((32, 60), 8).check_model(fake_model)
+        trnlab.ShapeBuckets((32, 60), 8).check_model(fake_model)
 
 
-def test_left_pad():
-    ids, mask = gen.left_pad(torch.tensor([[5, 6], [7, 8]]), torch.tensor([[1, 1], [0, 1]]), 4, pad_token_id=0)
-    assert ids.tolist() == [[0, 0, 5, 6], [0, 0, 7, 8]]
-    assert mask.tolist() == [[0, 0, 1, 1], [0, 0, 0, 1]]
-    with pytest.raises(ValueError, match="cannot left-pad 2 tokens down to 1"):
-        gen.left_pad(torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long), 1, 0)
+def test_pad_token_lists_pads_left_or_right():
+    batch = gen.pad_token_lists([[5, 6], [8]], 0, "left", length=4)
+    assert batch["input_ids"].tolist() == [[0, 0, 5, 6], [0, 0, 0, 8]]
+    assert batch["attention_mask"].tolist() == [[0, 0, 1, 1], [0, 0, 0, 1]]
+    assert gen.pad_token_lists([[5, 6], [8]], 0, "right")["input_ids"].tolist() == [[5, 6], [8, 0]]
+    with pytest.raises(ValueError, match="cannot pad a prompt of 2 tokens down to 1"):
+        gen.pad_token_lists([[5, 6]], 0, "left", length=1)
+    with pytest.raises(ValueError, match="no pad token id: set tokenizer.pad_token"):
+        gen.pad_token_lists([[5, 6]], None)
 
 
 def test_sample_prompt_lengths_are_seeded_and_in_range():
-    lengths = gen.sample_prompt_lengths(64, 4, 200, seed=0)
-    assert lengths == gen.sample_prompt_lengths(64, 4, 200, seed=0) != gen.sample_prompt_lengths(64, 4, 200, seed=1)
+    lengths = trnlab.sample_prompt_lengths(64, 4, 200, seed=0)
+    assert lengths == trnlab.sample_prompt_lengths(64, 4, 200, seed=0) != trnlab.sample_prompt_lengths(64, 4, 200, seed=1)
     assert len(lengths) == 64 and 4 <= min(lengths) and max(lengths) <= 200 and len(set(lengths)) > 40
     with pytest.raises(ValueError, match="shortest <= longest"):
-        gen.sample_prompt_lengths(4, 10, 5)
+        trnlab.sample_prompt_lengths(4, 10, 5)
 
 
 # ----------------------------------------------------------------------------- compile config
 
 
 def test_compile_config_turns_on_cpu_compilation_like_neuron():
-    config = gen.generation_compile_config("cpu")
+    config = trnlab.generation_compile_config("cpu")
     assert (config.backend, config.dynamic, config.mode) == ("inductor", False, "default")
     assert config._compile_all_devices is True
     assert "_compile_all_devices" not in config.to_dict()  # a flag for generate, not torch.compile
-    assert gen.generation_compile_config(torch.device("cpu"), backend="aot_eager").backend == "aot_eager"
+    assert trnlab.generation_compile_config(torch.device("cpu"), backend="aot_eager").backend == "aot_eager"
 
 
-def test_compile_config_leaves_neuron_to_transformers(fake_neuron):
-    assert gen.generation_compile_config("neuron") is None
-    assert gen.generation_compile_config("neuron:0", backend="neuron") is None
-    assert gen.generation_compile_config("neuron", backend="aot_eager").backend == "aot_eager"
+def test_compile_config_leaves_neuron_to_transformers_and_refuses_other_backends_there(fake_neuron):
+    assert trnlab.generation_compile_config("neuron") is None
+    assert trnlab.generation_compile_config("neuron:0", backend="neuron") is None
+    with pytest.raises(ValueError, match="backend 'inductor' cannot compile for a NeuronCore: on Neuron use "
+                                         "backend='neuron'"):
+        trnlab.generation_compile_config("neuron", backend="inductor")
+
+
+def test_compile_backend_is_decided_in_one_place():
+    assert trnlab.compile_backend("cpu") == "inductor"
+    assert trnlab.compile_backend("cpu", cpu_default="eager") == "eager"
+    assert trnlab.compile_backend("cuda:0") == "inductor"
+    assert trnlab.compile_backend("cpu", "aot_eager") == "aot_eager"
+    assert trnlab.compile_backend("neuron") == "neuron"
 
 
 # ----------------------------------------------------------------------------- with the course model
@@ -188,30 +202,32 @@ def test_left_padded_batch_gives_each_prompt_its_own_answer(model, tokenizer):
 
 
 def test_corpus_prompts_have_the_exact_lengths(tokenizer):
-    prompts = gen.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
-    assert [p.shape for p in prompts] == [(1, 4), (1, 200), (1, 57)]
-    assert all(p.dtype == torch.long and p.device.type == "cpu" for p in prompts)
-    again = gen.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
-    assert all(torch.equal(a, b) for a, b in zip(prompts, again))
+    prompts = trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
+    assert [len(p) for p in prompts] == [4, 200, 57]
+    assert all(isinstance(i, int) for p in prompts for i in p)
+    assert prompts == trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
+    assert prompts != trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=4)
 
 
 def test_bucketed_generate_equals_plain_generate_token_for_token(model, tokenizer):
-    buckets = gen.ShapeBuckets((8, 24, 40), max_new_tokens=10)
-    for prompt in gen.corpus_prompts(tokenizer, [3, 8, 9, 24, 31, 40], seed=1):
+    buckets = trnlab.ShapeBuckets((8, 24, 40), max_new_tokens=10)
+    for ids in trnlab.corpus_prompts(tokenizer, [3, 8, 9, 24, 31, 40], seed=1):
+        prompt = torch.tensor([ids])
         plain = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                max_new_tokens=10, cache_implementation="static", disable_compile=True)
         bucketed = gen.bucketed_generate(model, prompt, buckets=buckets, compile=False)
         assert torch.equal(plain, bucketed), prompt.shape
     # a padded batch: bucketing adds columns on the left and removes them again
-    batch = gen.tokenize_batch(tokenizer, [trnlab.EXAMPLE_PROMPT, "In Kyoto, the tea grower sells"])
+    texts = [trnlab.EXAMPLE_PROMPT, "In Kyoto, the tea grower sells"]
+    batch = gen.tokenize_batch(tokenizer, texts)
     plain = model.generate(**batch, do_sample=False, max_new_tokens=10, cache_implementation="static")
-    assert torch.equal(plain, gen.bucketed_generate(model, **batch, buckets=buckets, compile=False))
+    assert torch.equal(plain, gen.bucketed_generate(model, texts, tokenizer=tokenizer, buckets=buckets, compile=False))
 
 
 def test_bucketed_generate_refuses_or_truncates_a_too_long_prompt(model, tokenizer):
-    buckets = gen.ShapeBuckets((8, 16), max_new_tokens=4)
-    prompt = gen.corpus_prompts(tokenizer, [20], seed=2)[0]
-    with pytest.raises(gen.PromptTooLongError, match="20 tokens is longer than the longest bucket .16."):
+    buckets = trnlab.ShapeBuckets((8, 16), max_new_tokens=4)
+    prompt = torch.tensor(trnlab.corpus_prompts(tokenizer, [20], seed=2))
+    with pytest.raises(trnlab.PromptTooLongError, match="20 tokens is longer than the longest bucket .16."):
         gen.bucketed_generate(model, prompt, buckets=buckets, compile=False)
     with pytest.warns(UserWarning, match="truncated to its last 16 tokens"):
         cut = gen.bucketed_generate(model, prompt, buckets=buckets, compile=False, truncate=True)
@@ -223,40 +239,40 @@ def test_bucketed_generate_refuses_or_truncates_a_too_long_prompt(model, tokeniz
     with pytest.raises(ValueError, match="sets max_cache_len itself"):
         gen.bucketed_generate(model, prompt[:, :8], buckets=buckets, max_cache_len=99, compile=False)
     with pytest.raises(ValueError, match="max_position_embeddings=512"):
-        gen.bucketed_generate(model, prompt, buckets=gen.ShapeBuckets((500,), 20), compile=False)
+        gen.bucketed_generate(model, prompt, buckets=trnlab.ShapeBuckets((500,), 20), compile=False)
 
 
 def test_compiled_workloads_count_one_graph_per_shape_and_bucketing_bounds_them(tokenizer):
     # eager attention: its mask is always a tensor, so a full bucket and a padded one share a graph
     model = trnlab.load_model(device="cpu", attn_implementation="eager")
-    prompts = gen.corpus_prompts(tokenizer, [6, 3, 9], seed=4)
-    gen.reset_compile_state(model)
-    naive = gen.run_generation_workload(model, prompts, 3, backend="eager")
+    prompts = trnlab.corpus_prompts(tokenizer, [6, 3, 9], seed=4)
+    trnlab.forget_compiled_graphs(model)
+    naive = trnlab.run_generation_workload(model, prompts, 3, backend="eager")
     # decode graphs only; the static cache keeps the longest length seen: 6+2, then 8 again, then 9+2
     assert [r.cache_length for r in naive.requests] == [8, 8, 11]
     assert [r.new_graphs for r in naive.requests] == [1, 0, 1]
     assert naive.graphs == naive.distinct_shapes == 2
     assert naive.table()[-1]["graphs_so_far"] == 2 and naive.table()[-1]["shapes_so_far"] == 2
 
-    buckets = gen.ShapeBuckets((6, 12), max_new_tokens=3)
-    prompts += gen.corpus_prompts(tokenizer, [12, 5], seed=5)
-    gen.reset_compile_state(model)
-    eager = gen.run_generation_workload(model, prompts, 3, compile=False)
-    gen.reset_compile_state(model)
-    bucketed = gen.run_generation_workload(model, prompts, 3, buckets=buckets, backend="eager",
+    buckets = trnlab.ShapeBuckets((6, 12), max_new_tokens=3)
+    prompts += trnlab.corpus_prompts(tokenizer, [12, 5], seed=5)
+    trnlab.forget_compiled_graphs(model)
+    eager = trnlab.run_generation_workload(model, prompts, 3, compile=False)
+    trnlab.forget_compiled_graphs(model)
+    bucketed = trnlab.run_generation_workload(model, prompts, 3, buckets=buckets, backend="eager",
                                            compile_prefill=True, recompile_limit=64)
     # prefill shapes 6 and 12 (12 both padded and full), one decode shape: 3 graphs, no more
     assert [r.padded_length for r in bucketed.requests] == [6, 6, 12, 12, 6]
     assert [r.new_graphs for r in bucketed.requests] == [2, 0, 1, 0, 0]
     assert bucketed.graphs == bucketed.distinct_shapes == 3 <= len(buckets.lengths) + 1
-    assert gen.identical_outputs(eager, bucketed)
-    assert bucketed.tokens_per_second() > 0 and bucketed.summary()["padded_tokens"] == 0 + 3 + 3 + 0 + 1
-    assert gen.identical_outputs(eager, naive) is False  # different prompt lists: the check can fail
+    assert trnlab.identical_outputs(eager, bucketed)
+    assert bucketed.tokens_per_second() > 0 and bucketed.summary()["pad_tokens"] == 0 + 3 + 3 + 0 + 1
+    assert trnlab.identical_outputs(eager, naive) is False  # different prompt lists: the check can fail
 
 
 def test_time_generation_reports_first_and_steady_calls(model, tokenizer):
     inputs = tokenizer(trnlab.EXAMPLE_PROMPT, return_tensors="pt")
-    row = gen.time_generation(model, inputs, repeats=3, label="eager", do_sample=False, max_new_tokens=4,
+    row = trnlab.time_generation(model, inputs, repeats=3, label="eager", do_sample=False, max_new_tokens=4,
                               cache_implementation="static", disable_compile=True)
     assert row["graphs"] == 0 and row["new_tokens"] == 4 and row["label"] == "eager"
     assert row["first_call_seconds"] > 0 and row["steady_tokens_per_second"] > 0
@@ -274,7 +290,7 @@ def test_plots_draw_what_they_are_given():
     graphs_ax, seconds_ax = fig.axes
     assert len(graphs_ax.lines) == 4 and len(seconds_ax.lines) == 2
     assert list(graphs_ax.lines[1].get_ydata()) == [1, 3, 4]  # the distinct-shapes line
-    fig = plots.plot_padding_waste(gen.waste_by_bucket_count([4, 8, 30, 31], 3))
+    fig = plots.plot_padding_waste(trnlab.padding_by_bucket_count([4, 8, 30, 31], 3))
     assert list(fig.axes[0].lines[0].get_xdata()) == [1, 2, 3]
     fig = plots.plot_generation_comparison([
         {"label": "eager", "first_call_seconds": 1.0, "steady_seconds": 0.5, "steady_tokens_per_second": 8.0},
@@ -282,3 +298,74 @@ def test_plots_draw_what_they_are_given():
     time_ax, speed_ax = fig.axes
     assert [bar.get_height() for bar in speed_ax.patches] == [8.0, 16.0]
     assert [t.get_text() for t in speed_ax.get_xticklabels()] == ["eager", "compiled"]
+
+
+# ----------------------------------------------------------------------------- one prompt form
+
+
+def test_prompts_take_one_form_everywhere(tokenizer):
+    one = tokenizer(trnlab.EXAMPLE_PROMPT)["input_ids"]
+    assert trnlab.prompt_token_ids(trnlab.EXAMPLE_PROMPT, tokenizer) == [one]  # a string is one prompt
+    assert trnlab.prompt_token_ids([trnlab.EXAMPLE_PROMPT, "Bread"], tokenizer)[0] == one
+    assert trnlab.prompt_token_ids(one) == [one]                               # one id list
+    assert trnlab.prompt_token_ids([one, one[:2]]) == [one, one[:2]]           # id lists
+    assert trnlab.prompt_token_ids(torch.tensor([one])) == [one]               # a (1, n) tensor
+    assert trnlab.prompt_token_ids([torch.tensor([one])]) == [one]             # corpus-style tensors
+    import numpy as np
+
+    assert trnlab.prompt_token_ids([np.int64(5), np.int64(7)]) == [[5, 7]]  # numpy ids
+
+
+@pytest.mark.parametrize("prompts, error, message", [
+    ([], ValueError, r"no prompts given \(an empty list\): pass a string, a list of strings, or token ids"),
+    ([""], ValueError, "prompt 0 is empty"),
+    ([[]], ValueError, "prompt 0 is empty"),
+    (["text", [1, 2]], TypeError, "prompts mix strings and token ids"),
+    ([[1, -2]], TypeError, "token ids must be non-negative ints"),
+    ({"input_ids": [[1]]}, TypeError, "got a tokenized batch"),
+    (3.5, TypeError, "prompts must be a string, a list of strings, or token ids"),
+])
+def test_bad_prompts_get_errors_that_name_the_accepted_forms(tokenizer, prompts, error, message):
+    with pytest.raises(error, match=message):
+        trnlab.prompt_token_ids(prompts, tokenizer)
+
+
+def test_text_prompts_without_a_tokenizer_say_what_to_pass():
+    with pytest.raises(ValueError, match="text prompts need a tokenizer: pass tokenizer=trnlab.load_tokenizer"):
+        trnlab.prompt_token_ids("The French Bread Law states")
+
+
+def test_a_bare_string_is_one_prompt_not_one_per_character(model, tokenizer):
+    batch = trnlab.tokenize_batch(tokenizer, trnlab.EXAMPLE_PROMPT)
+    assert batch["input_ids"].shape[0] == 1
+    assert trnlab.generate_batch(model, tokenizer, trnlab.EXAMPLE_PROMPT, do_sample=False, max_new_tokens=4) == \
+        trnlab.generate_batch(model, tokenizer, [trnlab.EXAMPLE_PROMPT], do_sample=False, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("lengths, message", [
+    ([], "prompt lengths is empty: pass at least one length"),
+    ([3, 0], r"positive integers \(token counts\), got \[0\]"),
+    ([3, 2.5], r"got \[2.5\]"),
+    ([True], r"got \[True\]"),
+])
+def test_bad_lengths_are_named(lengths, message):
+    with pytest.raises(ValueError, match=message):
+        trnlab.choose_buckets(lengths, 2)
+
+
+def test_lengths_may_be_numpy_integers_and_strings_are_refused():
+    import numpy as np
+
+    lengths = np.array([4, 9, 9, 30])
+    assert trnlab.choose_buckets(lengths, 2) == (9, 30)
+    assert trnlab.choose_buckets(list(lengths), np.int64(2)) == (9, 30)
+    assert trnlab.bucket_pad_tokens(lengths, np.array([9, 30])) == 5
+    with pytest.raises(TypeError, match="sequence of token counts, not a string"):
+        trnlab.choose_buckets("4 9 30", 2)
+
+
+def test_empty_buckets_are_refused_the_same_way_everywhere():
+    for call in (lambda: trnlab.bucket_for(5, []), lambda: trnlab.bucket_pad_tokens([5], []),
+                 lambda: trnlab.ShapeBuckets([], 4)):
+        with pytest.raises(ValueError, match="buckets is empty: pass at least one length"):
+            call()

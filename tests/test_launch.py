@@ -1,4 +1,4 @@
-"""trnlab.launch: planning, validation, commands, and real torchrun launches (tiny scripts, no model)."""
+"""trnlab.launcher: planning, validation, commands, and real torchrun launches (tiny scripts, no model)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from trnlab import launch as tl
-from trnlab.launch import LaunchConfigError, LaunchError
+from trnlab import launcher as tl
+from trnlab.launcher import LaunchConfigError, LaunchError
 
 # ------------------------------------------------------------------ planning: processes and backend
 
@@ -120,14 +120,16 @@ def test_multinode_commands_give_each_node_its_rank_and_one_endpoint():
     assert not any(a.startswith("--node-rank") for a in c10d[1])  # c10d ignores it
     with pytest.raises(LaunchConfigError, match="HOST:PORT"):
         tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2)
-    with pytest.raises(LaunchConfigError, match="at least 2 nodes"):
-        tl.multinode_commands("t.py", nnodes=1, nproc_per_node=1, rdzv_endpoint="h:1")
+    assert tl.multinode_commands("t.py", nnodes=1, nproc_per_node=1) == [  # one node is a valid run too
+        tl.torchrun_command("t.py", nproc_per_node=1, python="torchrun", tee=False)]
+    with pytest.raises(LaunchConfigError, match="needs rdzv_endpoint='HOST:PORT'"):
+        tl.multinode_commands("t.py", nnodes=2, nproc_per_node=1)
 
 
 def test_slurm_script_runs_one_torchrun_per_node_with_its_own_node_rank(tmp_path):
-    script = tl.slurm_script("train.py", ["--name", "it's"], nnodes=2, instance="trn1.32xlarge")
+    script = tl.slurm_script("train.py", ["--name", "it's"], nnodes=2, instance="trn2.48xlarge")
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
-    assert "--nproc-per-node=32" in script
+    assert "--nproc-per-node=64" in script  # 16 Trainium2 chips x 4 logical NeuronCores
     path = tmp_path / "job.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -145,9 +147,12 @@ def test_slurm_script_runs_one_torchrun_per_node_with_its_own_node_rank(tmp_path
     out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [
         f"torchrun --nnodes=2 --node-rank={i} --master-addr=node-a --master-port=29500 "
-        f"--nproc-per-node=32 train.py --name it's" for i in (0, 1)]
+        f"--nproc-per-node=64 train.py --name it's" for i in (0, 1)]
     with pytest.raises(LaunchConfigError, match="unknown instance"):
         tl.slurm_script("t.py", nnodes=2, instance="p5.48xlarge")
+    with pytest.raises(LaunchConfigError, match="trn1 .* has no native `neuron` device"):
+        tl.slurm_script("t.py", nnodes=2, instance="trn1.32xlarge")
+    assert tl.neuron_cores_per_node("trn2.3xlarge") == 4
 
 
 def test_cli_dry_run_prints_the_scale_out_commands(capsys):

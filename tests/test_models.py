@@ -66,3 +66,62 @@ def test_quick_build_makes_a_loadable_model(tmp_path):
     ids = tokenizer(EXAMPLE_PROMPT, return_tensors="pt")
     assert model(**ids).logits.shape == (1, ids["input_ids"].shape[1], len(tokenizer))
     assert Path(out, "model.safetensors").exists()
+
+
+def test_a_folder_that_does_not_exist_is_never_called_the_hub(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    for load in (trnlab.load_model, trnlab.load_tokenizer, trnlab.load_config):
+        with pytest.raises(trnlab.ModelNotAvailableError, match="There is no folder at .*no-such-model") as info:
+            load(missing)
+        assert "unreachable" not in str(info.value) and "hf download" not in str(info.value)
+
+
+@pytest.fixture
+def config_only_folder(tmp_path):
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    (folder / "config.json").write_text((BUNDLED_MODEL_DIR / "config.json").read_text())
+    return folder
+
+
+def test_an_incomplete_folder_names_the_missing_files(config_only_folder):
+    with pytest.raises(trnlab.ModelNotAvailableError, match=r"not a complete model: it lacks weights "
+                                                            r"\(model.safetensors or pytorch_model.bin\)"):
+        trnlab.load_model(config_only_folder, device="cpu")
+    # the tokenizer used to come back as a one-token tokenizer that encodes every text as []
+    with pytest.raises(trnlab.ModelNotAvailableError, match=r"not a complete tokenizer: it lacks tokenizer.json"):
+        trnlab.load_tokenizer(config_only_folder)
+    assert trnlab.load_config(config_only_folder).model_type == "qwen3"  # the config alone is enough there
+    with pytest.raises(trnlab.ModelNotAvailableError, match="is a file, not a model folder"):
+        trnlab.load_config(config_only_folder / "config.json")
+
+
+def test_settings_are_read_in_one_place(monkeypatch):
+    monkeypatch.setenv("TRNLAB_DEVICE", "CPU")
+    monkeypatch.setenv("TRNLAB_DTYPE", "bfloat16")
+    monkeypatch.setenv("TRNLAB_CPU_THREADS", "2")
+    current = trnlab.read_settings()
+    assert (current.device, current.dtype, current.cpu_threads) == ("cpu", "bfloat16", 2)
+    assert trnlab.pick_device(verbose=False) == torch.device("cpu")   # TRNLAB_DEVICE, like load_model
+    assert trnlab.resolve_dtype() == torch.bfloat16                   # TRNLAB_DTYPE
+    assert trnlab.load_model(device="cpu").dtype == torch.bfloat16
+    monkeypatch.setenv("TRNLAB_DTYPE", "fp8")
+    with pytest.raises(trnlab.SettingError, match="TRNLAB_DTYPE='fp8' is not a dtype the course uses: "
+                                                   "choose one of auto, float32, bfloat16"):
+        trnlab.read_settings()
+    monkeypatch.setenv("TRNLAB_DTYPE", "auto")
+    monkeypatch.setenv("TRNLAB_CPU_THREADS", "two")
+    with pytest.raises(trnlab.SettingError, match="TRNLAB_CPU_THREADS='two': give a whole number"):
+        trnlab.read_settings()
+
+
+def test_load_model_keeps_the_device_index(fake_neuron, monkeypatch):
+    seen = {}
+
+    def fake_from_pretrained(loader, name, what="model", **kwargs):
+        seen.update(kwargs)
+        return torch.nn.Linear(1, 1)
+
+    monkeypatch.setattr("trnlab.models._from_pretrained", fake_from_pretrained)
+    trnlab.load_model(device="neuron:3")
+    assert seen["device_map"] == "neuron:3" and seen["dtype"] == torch.bfloat16

@@ -1,4 +1,8 @@
-"""The committed notebooks must be executed, clean, parameterised and really checked by nbval."""
+"""The committed notebooks follow the course's own rules.
+
+Executed, in order, without errors and with checked cells: ``trnlab.pytest_plugin`` adds a
+``trnlab rules`` item per notebook for those. Here: what every course notebook has besides.
+"""
 
 import json
 import re
@@ -6,43 +10,54 @@ from pathlib import Path
 
 import pytest
 
+from trnlab.pytest_plugin import notebook_problems
+
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
 
 
-def _code_cells(path):
+def _cells(path, kind="code"):
     nb = json.loads(path.read_text())
-    return [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    return [c for c in nb["cells"] if c["cell_type"] == kind and "".join(c["source"]).strip()]
 
 
 def test_the_course_has_its_notebooks():
     names = [p.name for p in NOTEBOOKS]
-    assert "01_installation_check.ipynb" in names
+    assert "01_installation_check.ipynb" in names and len(names) == 5
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", n) for n in names), names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_is_committed_executed_and_clean(path):
-    cells = _code_cells(path)
-    counts = [c["execution_count"] for c in cells]
-    assert None not in counts, f"{path.name}: unexecuted cells; run `make notebooks`"
-    assert counts == sorted(counts) and counts[0] == 1, f"{path.name}: not run top to bottom"
-    errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
-    assert not errors, f"{path.name}: error outputs: {[e['ename'] for e in errors]}"
+def test_notebook_follows_the_plugin_rules(path):
+    assert notebook_problems(path) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_starts_with_its_parameter_cell(path):
-    first = _code_cells(path)[0]
+    first = _cells(path)[0]
     source = "".join(first["source"])
     assert "parameters" in first["metadata"].get("tags", []), f"{path.name}: tag the first cell 'parameters'"
-    assert "os.environ" in source and "TRNLAB_MODEL" in source and "TRNLAB_DEVICE" in source
+    for variable in ("TRNLAB_MODEL", "TRNLAB_DEVICE", "TRNLAB_DTYPE"):
+        assert variable in source, f"{path.name}: the parameter cell must read {variable}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_uses_trnlab_and_nbval_checks_outputs(path):
-    cells = _code_cells(path)
-    sources = ["".join(c["source"]) for c in cells]
+def test_notebook_uses_trnlab_and_ends_with_what_to_remember(path):
+    sources = ["".join(c["source"]) for c in _cells(path)]
     assert any("import trnlab" in s or "from trnlab" in s for s in sources)
-    checked = [c for c, s in zip(cells, sources) if "# NBVAL_CHECK_OUTPUT" in s]
-    assert checked, f"{path.name}: mark deterministic cells with # NBVAL_CHECK_OUTPUT"
-    assert all(c["outputs"] for c in checked), f"{path.name}: a checked cell has no output to compare"
+    last = "".join(_cells(path, "markdown")[-1]["source"])
+    text = "\n".join("".join(c["source"]) for c in _cells(path, "markdown"))
+    assert "What to remember" in text and "Try it" in text, f"{path.name}: end with 'What to remember' and 'Try it'"
+    assert last
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_checked_cells_print_no_device_specific_line(path):
+    # A checked cell must hold on CPU, CUDA and neuron: no device names or backends pinned there.
+    for cell in _cells(path):
+        source = "".join(cell["source"])
+        if "# NBVAL_CHECK_OUTPUT" not in source:
+            continue
+        text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                       for o in cell["outputs"])
+        assert not re.search(r"\bon cpu\b|device: cpu|torch\.float32|backend: eager", text), (
+            f"{path.name}: a checked cell prints a device-specific line: {source[:80]!r}")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from trnlab import data, training
+from trnlab import data, plots, training
 from trnlab.models import load_tokenizer
 
 
@@ -69,7 +69,7 @@ def test_training_arguments_on_neuron(neuron_for_transformers, tmp_path, capsys)
     assert str(args.device) == "neuron:0"
     assert args.bf16 is True and "every Trainium generation" in out
     assert args.torch_compile_backend == "neuron" and "torch_compile_backend: 'neuron'" in out
-    with pytest.raises(ValueError, match="leave it None so Transformers picks 'neuron'"):
+    with pytest.raises(ValueError, match="backend .inductor. cannot compile for a NeuronCore"):
         training.training_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, compile_backend="inductor")
 
 
@@ -179,12 +179,12 @@ def test_live_plot_renders_and_stays_quiet_outside_ipython():
 def test_comparison_table_and_chart():
     results = {"dynamic": {"graphs": 5, "compile_seconds": 9.5, "padding_waste": 0.2, "real_tokens_per_second": None},
                "packed": {"graphs": 1, "compile_seconds": 2.0, "padding_waste": 0.0, "real_tokens_per_second": 300.0}}
-    table = training.format_table(results)
+    table = plots.format_table(results)
     lines = table.splitlines()
     assert lines[0].split() == ["strategy", "graphs", "compile_seconds", "padding_waste", "real_tokens_per_second"]
     assert lines[1].split() == ["dynamic", "5", "9.500", "0.200", "-"]
     assert lines[2].split() == ["packed", "1", "2.000", "0.000", "300"]
-    fig = training.plot_strategy_comparison(results)
+    fig = plots.plot_strategy_comparison(results)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in visible] == ["graphs compiled", "padding waste (fraction)", "real tokens / s (steady)"]
     assert [p.get_height() for p in visible[0].patches] == [5, 1]

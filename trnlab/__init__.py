@@ -1,65 +1,111 @@
 """trnlab: helpers for the course "Hugging Face Transformers on AWS Trainium".
 
-Each helper is small and named for one idea; the notebooks in ``notebooks/`` call them,
-and they work the same outside the course. The code takes the ``neuron`` path whenever
-``torch.neuron`` exists and runs for real on CUDA or CPU otherwise.
+Each helper is small and named for one idea; the notebooks in ``notebooks/`` call them, and
+they work the same in your own notebooks. The code takes the ``neuron`` path whenever a
+neuron device is available and runs for real on CUDA or CPU otherwise.
+
+Everything public is importable from ``trnlab`` itself (``trnlab.load_model``,
+``trnlab.launch``, ...) and listed in :data:`__all__`, grouped the way the course teaches.
+Names are imported on first use, so ``import trnlab`` stays fast. Each lives in the module
+of its concern:
+
+=====================  ===================================================================
+module                 concern
+=====================  ===================================================================
+``settings``           ``TRNLAB_*`` variables, read in one place
+``device``             neuron > cuda > cpu, device maps, dtypes, the doctor's report
+``simulate``           a simulated Neuron device: what the libraries decide on a trn2
+``models``             loading the course model and tokenizer (``TRNLAB_MODEL``)
+``generation``         prompts in one form, generation on an explicit device
+``buckets``            shape bucketing for generation
+``compile_tracking``   counting graphs, the compile backend, forgetting compiled graphs
+``data``               training data with static shapes: fixed length, packing, buckets
+``training``           ``Trainer`` the page's way, with a recorder and a live plot
+``distributed``        the sharded model of claim 10, inside and outside a rank
+``launcher``           ``torchrun`` from a notebook, multi-node commands, Slurm
+``planning``           memory per NeuronCore and the mesh that fits
+``plots``              every chart and text table
+``bench``              workload harness and the ``python -m trnlab bench`` commands
+``compat``             every touch of a library's private internals
+``pytest_plugin``      the course's nbval rules for your own CI
+=====================  ===================================================================
 """
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-from trnlab.assets import EXAMPLE_PROMPT
-from trnlab.device import (
-    DeviceNotAvailableError,
-    DeviceReport,
-    detect_backend,
-    device_report,
-    pick_device,
-    resolve_device_map,
-)
-from trnlab.doctor import show_report
-from trnlab.models import (
-    ModelNotAvailableError,
-    load_model,
-    load_tokenizer,
-    model_name,
-    parameter_count,
-)
-from trnlab.notebook import setup
-# Notebook 05. The function trnlab.launch.launch stays in its module: a top-level `launch`
-# would hide the module of the same name.
-from trnlab.launch import (
-    LaunchConfigError,
-    LaunchResult,
-    launch_loopback_nodes,
-    multinode_commands,
-    plan_processes,
-    slurm_script,
-    validate_parallel_sizes,
-)
-# Notebooks 02 and 03: generation on an explicit device, compile tracking, shape bucketing.
-from trnlab.compile_tracking import CompileTracker
-from trnlab.generation import (
-    PromptTooLongError,
-    ShapeBuckets,
-    bucketed_generate,
-    choose_buckets,
-    corpus_prompts,
-    format_forward_calls,
-    generate_batch,
-    generation_compile_config,
-    identical_outputs,
-    moved_to_model_device,
-    bucket_padding_tokens,
-    record_forward_inputs,
-    reset_compile_state,
-    run_generation_workload,
-    sample_prompt_lengths,
-    show_padding,
-    time_generation,
-    tokenize_batch,
-    waste_by_bucket_count,
-)
+#: Public names, grouped as the course teaches them: ``{group: {name: module}}``.
+GROUPS: dict[str, dict[str, str]] = {
+    "Set up and check a machine (notebook 01)": {
+        "setup": "notebook", "read_settings": "settings", "Settings": "settings", "SettingError": "settings",
+        "show_report": "doctor", "device_report": "device", "detect_backend": "device",
+        "pick_device": "device", "resolve_device_map": "device", "resolve_dtype": "device",
+        "DeviceNotAvailableError": "device", "simulate_neuron": "simulate", "simulated_decisions": "simulate",
+    },
+    "Load the model (notebooks 01-05)": {
+        "load_model": "models", "load_tokenizer": "models", "load_config": "models", "model_name": "models",
+        "parameter_count": "models", "ModelNotAvailableError": "models", "EXAMPLE_PROMPT": "assets",
+    },
+    "Generate on an explicit device (notebook 02)": {
+        "prompt_token_ids": "generation", "tokenize_batch": "generation", "show_padding": "generation",
+        "generate_batch": "generation", "record_forward_inputs": "generation",
+        "format_forward_calls": "generation", "moved_to_model_device": "generation",
+    },
+    "Compile, count graphs, bucket shapes (notebook 03)": {
+        "compile_backend": "compile_tracking", "generation_compile_config": "compile_tracking",
+        "CompileTracker": "compile_tracking", "forget_compiled_graphs": "compile_tracking",
+        "graphs_compiled": "compile_tracking",
+        "ShapeBuckets": "buckets", "PromptTooLongError": "buckets", "bucket_for": "buckets",
+        "bucket_pad_tokens": "buckets", "choose_buckets": "buckets", "padding_by_bucket_count": "buckets",
+        "bucketed_generate": "generation",
+        "sample_prompt_lengths": "bench", "corpus_prompts": "bench", "run_generation_workload": "bench",
+        "time_generation": "bench", "identical_outputs": "bench",
+    },
+    "Train with static shapes (notebook 04)": {
+        "NEW_FACT_PROMPT": "data", "training_texts": "data", "fixed_length_dataset": "data",
+        "tokenized_dataset": "data", "packed_dataset": "data", "PaddingCollator": "data",
+        "strategy_dataset": "data", "padding_waste": "data", "label_view": "data",
+        "training_arguments": "training", "make_trainer": "training", "train_strategy": "training",
+        "TrainingRecorder": "training", "LiveLossPlot": "training", "StopAtStep": "training",
+        "last_checkpoint": "training",
+    },
+    "Shard and launch (notebook 05)": {
+        "launch": "launcher", "launch_loopback_nodes": "launcher", "torchrun_command": "launcher",
+        "multinode_commands": "launcher", "slurm_script": "launcher", "plan_processes": "launcher",
+        "validate_parallel_sizes": "launcher", "LaunchConfigError": "launcher", "LaunchResult": "launcher",
+        "pad_vocabulary": "distributed", "read_run": "distributed",
+        "plan_memory": "planning", "plan_mesh": "planning",
+    },
+    "Plots and tables": {
+        "plot_compile_growth": "plots", "plot_padding_waste": "plots", "plot_generation_comparison": "plots",
+        "plot_strategy_comparison": "plots", "format_table": "plots", "plot_mesh": "plots",
+        "plot_losses": "plots", "memory_table": "plots", "placement_table": "plots",
+    },
+}
 
-# Training data with static shapes (notebook 04). The Trainer helpers load transformers' Trainer,
-# so they stay in their module: `import trnlab.training`.
-from trnlab.data import NEW_FACT_PROMPT, fixed_length_dataset, packed_dataset, training_texts
+_MODULE_OF = {name: module for group in GROUPS.values() for name, module in group.items()}
+
+#: What each exported constant is (constants carry no docstring of their own).
+CONSTANTS = {
+    "EXAMPLE_PROMPT": "The prompt of the page's example; the course model continues it with a law it learned.",
+    "NEW_FACT_PROMPT": "The prompt whose continuation shows what fine-tuning in notebook 04 taught the model.",
+}
+
+__all__ = list(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    # Import a public name's module on first use (PEP 562), so `import trnlab` stays light.
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trnlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"trnlab.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

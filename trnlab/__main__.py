@@ -12,9 +12,10 @@ import sys
 #: command words -> "module:function"; the function takes the remaining argv, returns an exit code.
 COMMANDS = {
     ("doctor",): "trnlab.doctor:main",
-    ("bench", "generate"): "trnlab.bench_generate:main",
-    ("bench", "train"): "trnlab.bench_train:main",
-    ("launch",): "trnlab.launch:main",
+    ("bench", "generate"): "trnlab.bench.generate:main",
+    ("bench", "train"): "trnlab.bench.train:main",
+    ("launch",): "trnlab.launcher:main",
+    ("plan",): "trnlab.planning:main",
 }
 
 

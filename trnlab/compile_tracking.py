@@ -16,23 +16,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trnlab import compat
+
 
 def graphs_compiled() -> int:
     """Graphs dynamo has compiled in this process so far (all backends)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
+    return compat.dynamo_unique_graphs()
 
 
 def compile_seconds() -> float:
     """Seconds dynamo has spent compiling in this process so far (tracing + backend)."""
-    from torch._dynamo.utils import compilation_time_metrics
-
-    return float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))
-
-
-#: How dynamo names the event when one function was recompiled too often (see :func:`recompile_limit_hits`).
-RECOMPILE_LIMIT_EVENT = "Dynamo recompile limit exceeded"
+    return compat.dynamo_compile_seconds()
 
 
 def recompile_limit_hits() -> int:
@@ -43,15 +37,91 @@ def recompile_limit_hits() -> int:
     stops growing, and so does the speed. A non-zero value here means the graph count
     understates what the workload would have compiled.
     """
-    from torch._dynamo.utils import counters
-
-    return int(sum(n for key, n in counters["unimplemented"].items() if key.startswith(RECOMPILE_LIMIT_EVENT)))
+    return compat.dynamo_recompile_limit_hits()
 
 
 def neuron_graph_metrics() -> list | None:
     """``torch.neuron.get_dynamo_metrics()`` on Trainium (one entry per NEFF), else ``None``."""
     getter = getattr(getattr(torch, "neuron", None), "get_dynamo_metrics", None)
     return list(getter()) if getter is not None else None
+
+
+def forget_compiled_graphs(model=None) -> None:
+    """Forget every graph compiled in this process, so the next run starts cold like a new one.
+
+    ``torch._dynamo.reset()`` drops compiled graphs. ``generate()`` also keeps, on ``model``,
+    its compiled forward and the largest static-cache length used so far (shorter prompts
+    reuse it): pass the model to forget those too. Without it a second experiment would reuse
+    the first one's graphs and count 0. (On Trainium the NEFF cache on disk still saves the
+    compiler's time: see :func:`trnlab.fresh_neff_cache`.) Notebooks 03 and 04 call it
+    between experiments.
+    """
+    compat.dynamo_reset()
+    if model is not None:
+        compat.forget_generate_state(model)
+
+
+@contextmanager
+def recompile_limit(limit: int | None):
+    """Raise dynamo's limit of graphs per function (8) inside the block; ``None`` changes nothing.
+
+    Past the limit dynamo stops compiling and runs new shapes eagerly, so a count of graphs
+    would stop at 8: the course raises it to count every shape, as Neuron would compile it.
+    """
+    if limit is None:
+        yield
+        return
+    with compat.dynamo_recompile_limit(limit):
+        yield
+
+
+#: Backends that are not real compilers: dynamo captures the graphs and runs them eagerly.
+CAPTURE_ONLY_BACKENDS = ("eager", "aot_eager")
+
+
+def compile_backend(device: torch.device | str, requested: str | None = None, *,
+                    cpu_default: str = "inductor") -> str:
+    """The ``torch.compile`` backend to use on ``device``: decided here, and only here.
+
+    * On Neuron: ``"neuron"``, the backend that builds Trainium graphs (Transformers picks it
+      too). Asking for another one there raises ``ValueError``: inductor and the others
+      cannot compile for a NeuronCore.
+    * Elsewhere: ``requested`` if given, else ``cpu_default`` on CPU and ``"inductor"`` on
+      GPUs. Notebook 04 passes ``cpu_default="eager"`` (dynamo's graphs, same count and
+      recompiles, run without inductor's minutes-long C++ compile on a 2-core machine).
+
+    Used by :func:`generation_compile_config`, :func:`trnlab.training_arguments` and both
+    benchmarks, so the Python API and the CLI agree.
+    """
+    device_type = torch.device(device).type
+    if device_type == "neuron":
+        if requested not in (None, "neuron"):
+            raise ValueError(f"backend {requested!r} cannot compile for a NeuronCore: on Neuron use "
+                             "backend='neuron' (or leave it unset)")
+        return "neuron"
+    if requested:
+        return requested
+    return cpu_default if device_type == "cpu" else "inductor"
+
+
+def generation_compile_config(device: torch.device | str, backend: str | None = None):
+    """The ``compile_config`` that makes ``generate()`` compile like it does on Neuron.
+
+    On Neuron it returns ``None``: Transformers already compiles the static-cache forward
+    there with ``CompileConfig(backend="neuron", dynamic=False, mode="default")``, so leave
+    it alone. Anywhere else it returns that same config with :func:`compile_backend`'s
+    choice and compiling allowed on every device (without it ``generate()`` compiles only on
+    cuda/xpu/neuron/tpu, never on CPU). ``dynamic=False`` makes every new shape a new graph,
+    as on Neuron. Pass it as ``generate(..., compile_config=...)``; notebook 03 does.
+    """
+    from transformers import CompileConfig
+
+    chosen = compile_backend(device, backend)
+    if chosen == "neuron":
+        return None
+    config = CompileConfig(backend=chosen, dynamic=False, mode="default")
+    compat.compile_on_every_device(config)
+    return config
 
 
 @dataclass

@@ -221,11 +221,11 @@ class PaddingCollator:
       ``DataCollatorWithPadding``): a new shape, hence a new graph, for most batches.
     * ``lengths=(64, 128)``: pad to the smallest of these lengths that fits the longest row
       (bucketing): at most ``len(lengths)`` shapes, ever.
-    * ``lengths=(128,)``: one shape. For rows that already have that length (fixed-length or
-      packed datasets) it only stacks them, and raises if a row has another length.
+    * ``lengths=(128,)``: one shape. Rows that already have that length (fixed-length or
+      packed datasets) are only stacked; shorter rows are padded up to it.
 
     With ``lengths`` given it never produces a new shape: a row longer than the largest
-    length raises ``ValueError`` instead of silently growing the batch. Padding goes on the
+    length raises ``ValueError`` instead of silently growing the batch; shorter rows are padded. Padding goes on the
     right: ``pad_token_id`` in ``input_ids``, 0 in ``attention_mask``, -100 in ``labels``.
     """
 

@@ -1,8 +1,12 @@
 """Which accelerator this process can use, and how to hand it to Transformers.
 
-Order of preference: ``neuron`` (Trainium, from ``torch-neuronx``) > ``cuda`` > ``cpu``.
-Notebook 01 prints :func:`device_report`; every notebook calls :func:`pick_device`;
-:func:`resolve_device_map` fixes the page's ``device_map="auto"`` pitfall on Neuron.
+Order of preference: ``neuron`` (Trainium2/3, TorchNeuron from ``torch-neuronx``) > ``cuda``
+> ``cpu``. Detection asks ``torch.accelerator`` first, PyTorch's backend-neutral API, which
+sees the ``neuron`` device (TorchNeuron autoloads with torch: no ``import torch_neuronx``
+needed), then the backend modules. Notebook 01 prints :func:`device_report`; every notebook
+calls :func:`pick_device` (through :func:`trnlab.setup`); :func:`resolve_device_map` fixes
+the page's ``device_map="auto"`` pitfall on Neuron (claim 3); :func:`resolve_dtype` reads
+``TRNLAB_DTYPE``.
 """
 
 from __future__ import annotations
@@ -28,14 +32,17 @@ DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 
 INSTALL_HINTS = {
     "neuron": (
-        "torch-neuronx is not installed or sees no NeuronCore. It exists only on AWS Trainium "
-        "(trn1/trn2) instances: install it from the AWS Neuron package repository as the AWS "
-        "Neuron setup guide shows (not the placeholder of the same name on the public index), "
-        "or use prefer='auto' to fall back to CUDA or CPU."
+        "torch-neuronx is not installed or sees no NeuronCore. The native neuron device "
+        "(TorchNeuron) runs on trn2 and trn3 instances only, with torch 2.13/2.14 and Python "
+        "3.12-3.14: install the torch-neuronx that matches your torch (2.13.3.x for torch 2.13.0, "
+        "2.14.3.x for 2.14.0) from the AWS Neuron package repository as the AWS Neuron setup "
+        "guide shows, never the placeholder of the same name on the public index. trn1 has no "
+        "native neuron device (it keeps the older XLA-based torch-neuronx). Or use "
+        "TRNLAB_DEVICE=auto to fall back to CUDA or CPU."
     ),
     "cuda": (
         "PyTorch sees no CUDA GPU: this torch build is CPU-only or no GPU/driver is present. "
-        "Install a CUDA build of torch on a GPU machine, or use prefer='auto' to fall back to CPU."
+        "Install a CUDA build of torch on a GPU machine, or use TRNLAB_DEVICE=auto to fall back to CPU."
     ),
 }
 
@@ -52,7 +59,10 @@ class DeviceNotAvailableError(RuntimeError):
 
 
 def neuron_module():
-    """Return ``torch.neuron`` (importing ``torch_neuronx`` registers it), or ``None``."""
+    """Return ``torch.neuron`` (TorchNeuron registers it when torch loads), or ``None``.
+
+    Older torch-neuronx builds registered it on ``import torch_neuronx``: that is tried too.
+    """
     if getattr(torch, "neuron", None) is None:
         try:
             importlib.import_module("torch_neuronx")
@@ -61,20 +71,43 @@ def neuron_module():
     return getattr(torch, "neuron", None)
 
 
+def current_accelerator() -> str | None:
+    """The device type ``torch.accelerator`` reports ("neuron", "cuda", ...), or ``None``.
+
+    ``torch.accelerator`` (torch >= 2.6) is PyTorch's backend-neutral API and sees the
+    ``neuron`` device of TorchNeuron; on an older torch this returns ``None`` and the backend
+    modules decide.
+    """
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or not accelerator.is_available():
+        return None
+    found = accelerator.current_accelerator()
+    return found.type if found is not None else None
+
+
 def backend_available(backend: str) -> bool:
     """True when ``backend`` ("neuron", "cuda" or "cpu") has at least one device here."""
+    if backend == "cpu":
+        return True
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if current_accelerator() == backend:
+        return True
     if backend == "neuron":
         module = neuron_module()
         return bool(module is not None and module.is_available())
-    if backend == "cuda":
-        return torch.cuda.is_available()
-    if backend == "cpu":
-        return True
-    raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    return torch.cuda.is_available()
 
 
 def detect_backend() -> str:
-    """The best backend this process can use: ``"neuron"``, ``"cuda"`` or ``"cpu"``."""
+    """The best backend this process can use: ``"neuron"``, ``"cuda"`` or ``"cpu"``.
+
+    ``torch.accelerator`` answers first where the installed torch has it; the backend
+    modules (``torch.neuron``, ``torch.cuda``) answer otherwise.
+    """
+    accelerator = current_accelerator()
+    if accelerator in BACKENDS:
+        return accelerator
     return next(b for b in BACKENDS if backend_available(b))
 
 
@@ -83,6 +116,8 @@ def device_count(backend: str | None = None) -> int:
     backend = backend or detect_backend()
     if not backend_available(backend):
         return 0
+    if current_accelerator() == backend:
+        return int(torch.accelerator.device_count())
     if backend == "neuron":
         return int(neuron_module().device_count())
     if backend == "cuda":
@@ -184,20 +219,27 @@ def device_report() -> DeviceReport:
     )
 
 
-def pick_device(prefer: str = "auto", verbose: bool = True) -> torch.device:
+def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) -> torch.device:
     """Return the device to use, like d2l's ``try_gpu()`` but for neuron > cuda > cpu.
 
-    ``prefer="auto"`` takes the best available one and says what it fell back to and why.
-    An explicit ``prefer`` ("neuron", "cuda", "cpu", or with an index such as "cuda:1") that
-    does not exist raises :class:`DeviceNotAvailableError` saying how to get it: an explicit
-    request never falls back to CPU silently.
+    ``prefer=None`` reads ``TRNLAB_DEVICE`` (default ``"auto"``), so the Python API and the
+    notebooks' parameter cell agree. ``"auto"`` takes the best available device and says what
+    it fell back to and why. An explicit choice ("neuron", "cuda", "cpu", or with an index
+    such as "neuron:3") that does not exist raises :class:`DeviceNotAvailableError` saying
+    how to get it: an explicit request never falls back to CPU silently.
     """
+    if prefer is None:
+        from trnlab.settings import read_settings
+
+        prefer = read_settings().device
+    if isinstance(prefer, torch.device):
+        prefer = str(prefer)
     prefer = (prefer or "auto").strip().lower()
     if prefer == "auto":
         backend = detect_backend()
         if verbose and backend != "neuron":
             missing = [b for b in BACKENDS[: BACKENDS.index(backend)]]
-            reasons = {"neuron": "no torch.neuron (torch-neuronx is not installed here)",
+            reasons = {"neuron": "no neuron device (TorchNeuron is not installed here: it runs on trn2/trn3)",
                        "cuda": "no CUDA GPU"}
             print(f"Using {backend}: " + "; ".join(reasons[b] for b in missing) + ".")
         elif verbose:
@@ -206,7 +248,8 @@ def pick_device(prefer: str = "auto", verbose: bool = True) -> torch.device:
 
     backend, _, index = prefer.partition(":")
     if backend not in BACKENDS:
-        raise ValueError(f"unknown device {prefer!r}: use 'auto' or one of {', '.join(BACKENDS)}")
+        raise ValueError(f"unknown device {prefer!r}: use 'auto' or one of {', '.join(BACKENDS)}, "
+                         "optionally with an index (e.g. 'neuron:3')")
     if not backend_available(backend):
         raise DeviceNotAvailableError(f"{backend} was requested but is not available. {INSTALL_HINTS[backend]}")
     if index:
@@ -216,6 +259,25 @@ def pick_device(prefer: str = "auto", verbose: bool = True) -> torch.device:
                 f"{prefer} was requested but this process sees {count} {backend} device(s): "
                 f"use an index from 0 to {count - 1}.")
     return torch.device(prefer) if backend != "cpu" else torch.device("cpu")
+
+
+def resolve_dtype(dtype: torch.dtype | str | None = None, device: torch.device | str = "cpu") -> torch.dtype:
+    """The dtype to load a model in on ``device``.
+
+    ``dtype=None`` reads ``TRNLAB_DTYPE`` (default ``"auto"``). ``"auto"`` is bfloat16 where
+    the device computes it natively (every Trainium generation, recent GPUs) and float32
+    elsewhere; ``"float32"``/``"bfloat16"`` (or a ``torch.dtype``) are taken as given, so
+    ``TRNLAB_DTYPE=bfloat16`` runs the course in Trainium's numerics on any machine. Used by
+    :func:`trnlab.load_model`.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    from trnlab.settings import check_dtype_name, read_settings
+
+    name = read_settings().dtype if dtype is None else check_dtype_name(dtype)
+    if name == "auto":
+        return torch.bfloat16 if bf16_supported(torch.device(device).type) else torch.float32
+    return getattr(torch, name)
 
 
 def resolve_device_map(device_map="auto", backend: str | None = None):

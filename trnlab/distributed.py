@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from trnlab import compat
+
 #: The course's mesh: 2 tensor-parallel x 2 FSDP ranks = 4 processes (claim 10).
 TP_SIZE, FSDP_SIZE = 2, 2
 
@@ -70,12 +72,11 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0) -> str:
     Returns ``output_dir``, or the original name when the vocabulary already divides.
     Notebook 05 calls it before launching; :func:`trnlab.launch.validate_parallel_sizes` says when.
     """
-    from transformers import AutoConfig
 
-    from trnlab.models import _from_pretrained, load_model, load_tokenizer, model_name
+    from trnlab.models import load_config, load_model, load_tokenizer, model_name
 
     name = model_name(name)
-    vocab = _from_pretrained(AutoConfig, name).vocab_size
+    vocab = load_config(name).vocab_size
     if vocab % multiple == 0:
         return name
     from transformers.utils import logging as hf_logging
@@ -116,7 +117,7 @@ def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_
 
 def _mesh_of(model):
     """The model's (pp, fsdp, tp) device mesh (Transformers keeps it on the model)."""
-    mesh = getattr(model, "_device_mesh", None)
+    mesh = compat.model_device_mesh(model)
     if mesh is None:
         raise ValueError("this model is not sharded: load it with load_sharded_model() under torchrun")
     return mesh
@@ -166,8 +167,7 @@ def _held_indices(param) -> tuple[str, str]:
     indexed with the answer, which must equal the local shard exactly, or "?" is reported.
     """
     from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.placement_types import _StridedShard
-
+    _StridedShard = compat.strided_shard_class()
     mesh = param.device_mesh
     coordinate = mesh.get_coordinate()
     held = [list(range(n)) for n in param.shape]
@@ -334,7 +334,7 @@ def train_sharded(model, dataset: list[dict], *, steps: int, batch_size: int,
                                 dp_size=position["fsdp_size"], learning_rate=learning_rate,
                                 output_dir=output_dir)
     except ValueError as refusal:
-        if "ParallelismConfig" not in str(refusal):
+        if not compat.is_parallelism_refusal(refusal):
             raise
         mine = [shard_of_batch(b, position["fsdp"], position["fsdp_size"])
                 for b in global_batches(dataset, batch_size, steps)]
@@ -432,7 +432,7 @@ def write_json(data: dict, path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Outside the run: read, tabulate, draw
+# Outside the run: read what it wrote (the tables and plots are in trnlab.plots)
 # ---------------------------------------------------------------------------------------------
 
 def read_run(output_dir) -> dict:
@@ -444,95 +444,3 @@ def read_run(output_dir) -> dict:
         raise FileNotFoundError(f"no rank*.json in {output_dir}: did the run finish? (see its log)")
     run_file = output_dir / "run.json"
     return {"ranks": ranks, **(json.loads(run_file.read_text()) if run_file.exists() else {})}
-
-
-def memory_table(ranks: list[dict]) -> str:
-    """Per-rank parameter bytes against the single-process size, as a text table."""
-    full = ranks[0]["full_bytes"]
-    lines = [f"{'rank':>4}  {'fsdp':>4}  {'tp':>2}  {'parameters':>10}  {'bytes':>10}  {'of 1 process':>12}"]
-    for r in ranks:
-        count = sum(_numel(p["local_shape"]) for p in r["parameters"])
-        lines.append(f"{r['rank']:>4}  {r['fsdp']:>4}  {r['tp']:>2}  {count:>10,}  {r['local_bytes']:>10,}  "
-                     f"{r['local_bytes'] / full:>11.1%}")
-    total = sum(r["local_bytes"] for r in ranks)
-    lines.append(f"{'all':>4}  {'':>4}  {'':>2}  {'':>10}  {total:>10,}  {total / full:>11.1%}")
-    lines.append(f"one process holds {full:,} bytes ({ranks[0]['full_bytes'] // 4:,} fp32 values)")
-    return "\n".join(lines)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def placement_table(ranks: list[dict], names: list[str]) -> str:
-    """For each parameter in ``names``: every rank's local shape, placements and rows/cols held."""
-    lines = []
-    for name in names:
-        first = next(p for p in ranks[0]["parameters"] if p["name"] == name)
-        lines.append(f"{name}  full shape {tuple(first['shape'])}")
-        for r in ranks:
-            p = next(p for p in r["parameters"] if p["name"] == name)
-            placement = ", ".join(f"{k}: {v}" for k, v in p["placements"].items()) or "not sharded"
-            held = f"rows {p.get('rows', '-')}" + (f", cols {p['cols']}" if p.get("cols", "-") != "-" else "")
-            lines.append(f"  rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): {str(tuple(p['local_shape'])):<11}"
-                         f" {held:<26} [{placement}]")
-    return "\n".join(lines)
-
-
-def plot_mesh(ranks: list[dict], names: list[str], ax=None):
-    """Draw the fsdp x tp device mesh: one box per rank with the weight rows it holds.
-
-    Rows of the grid are FSDP coordinates (data-parallel groups, each with its own slice of
-    the batch), columns are TP coordinates (the two halves of every layer). Returns the axes.
-    """
-    import matplotlib.pyplot as plt
-
-    fsdp_size, tp_size = ranks[0]["fsdp_size"], ranks[0]["tp_size"]
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4.2 * tp_size, 2.3 * fsdp_size + 0.6))
-    colors = plt.get_cmap("tab20").colors
-    for r in ranks:
-        x, y = r["tp"], fsdp_size - 1 - r["fsdp"]
-        ax.add_patch(plt.Rectangle((x + 0.03, y + 0.04), 0.94, 0.92, color=colors[2 * r["tp"] + r["fsdp"] % 2],
-                                   alpha=0.55))
-        text = [f"rank {r['rank']}  (fsdp {r['fsdp']}, tp {r['tp']})",
-                f"{r['local_bytes'] / 1e6:.2f} MB of {r['full_bytes'] / 1e6:.2f} MB"]
-        for name in names:
-            p = next(p for p in r["parameters"] if p["name"] == name)
-            short = ".".join(name.split(".")[-3:-1]) if "layers" in name else name.split(".")[-2]
-            whole = f"0-{p['shape'][1] - 1}" if len(p["shape"]) > 1 else "-"
-            cols = f" x cols {p['cols']}" if p.get("cols", "-") not in ("-", whole) else ""
-            text.append(f"{short}: rows {p.get('rows', '-')}{cols}")
-        ax.text(x + 0.5, y + 0.5, "\n".join(text), ha="center", va="center", fontsize=8, family="monospace")
-    ax.set_xlim(0, tp_size)
-    ax.set_ylim(0, fsdp_size)
-    ax.set_xticks([i + 0.5 for i in range(tp_size)], [f"tp {i}" for i in range(tp_size)])
-    ax.set_yticks([fsdp_size - 1 - i + 0.5 for i in range(fsdp_size)], [f"fsdp {i}" for i in range(fsdp_size)])
-    ax.set_title(f"{fsdp_size} x {tp_size} device mesh. Row: one FSDP group (same data, the TP "
-                 f"pieces of each layer). Column: one TP piece, split again by FSDP", fontsize=8)
-    ax.tick_params(length=0)
-    for side in ax.spines.values():
-        side.set_visible(False)
-    return ax
-
-
-def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None):
-    """Every rank's loss per step (its own rows), the global loss, and the one-process reference."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.5))
-    for r in ranks:  # TP partners overlap exactly: color per FSDP group, marker per TP rank
-        ax.plot(r["losses"]["local"], color=f"C{r['fsdp']}", ls="-" if r["tp"] == 0 else ":",
-                marker="o" if r["tp"] == 0 else "x", mfc="none", ms=8 if r["tp"] == 0 else 6,
-                label=f"rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): its rows")
-    ax.plot(ranks[0]["losses"]["global"], color="black", lw=2, label="sharded, global batch")
-    if reference is not None:
-        ax.plot(reference, color="red", ls="--", lw=1.5, label="one process, same data")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend(fontsize=7)
-    return ax

@@ -8,19 +8,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import importlib.metadata
+
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 from trnlab.device import DeviceNotAvailableError, DeviceReport, device_report, pick_device
-from trnlab.models import MODEL_ENV_VAR, is_bundled, model_name
+from trnlab.models import MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
+from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_settings
 
-DEVICE_ENV_VAR = "TRNLAB_DEVICE"
+#: The packages whose versions doctor checks against what trnlab's own metadata requires.
+CHECKED_PACKAGES = ("transformers", "accelerate")
 
-#: Version ranges the course needs (see pyproject.toml and the facts file).
-REQUIREMENTS = {"transformers": (Version("5.23"), Version("6")), "accelerate": (Version("1.12"), None)}
+
+def required_versions() -> dict[str, str]:
+    """``{package: specifier}`` for :data:`CHECKED_PACKAGES`, read from trnlab's installed metadata.
+
+    One source of truth: ``pyproject.toml``'s dependencies, as pip installed them.
+    """
+    found = {}
+    for line in importlib.metadata.requires("trnlab") or []:
+        requirement = Requirement(line)
+        if requirement.name in CHECKED_PACKAGES and requirement.marker is None:
+            found[requirement.name] = str(requirement.specifier)
+    return found
 
 
 @dataclass
@@ -31,26 +45,28 @@ class Check:
 
 
 def _version_check(package: str, installed: str | None) -> Check:
-    low, high = REQUIREMENTS[package]
-    wanted = f">={low}" + (f",<{high}" if high else "")
+    wanted = required_versions().get(package, "")
     if installed is None:
         return Check(package, False, f"not installed: pip install '{package}{wanted}'")
-    v = Version(installed)
-    ok = v >= low and (high is None or v < high)
-    return Check(package, ok, f"{installed} (course needs {wanted})" +
+    ok = Version(installed) in Requirement(f"{package}{wanted}").specifier
+    return Check(package, ok, f"{installed} (course needs {wanted or 'any'})" +
                  ("" if ok else f": pip install '{package}{wanted}'"))
+
+
+def _shown(name: str) -> str:
+    # The bundled model's folder is a path of this machine: name it the same way everywhere.
+    return "the bundled tiny Qwen3 (trnlab/assets/tiny-qwen3)" if is_bundled(name) else name
 
 
 def _model_check() -> Check:
     name = model_name()
     path = Path(name)
     if path.is_dir():
-        missing = [f for f in ("config.json", "tokenizer.json") if not (path / f).exists()]
-        weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
-        if missing or not weights:
-            return Check("model", False, f"{name} lacks {missing or ['weights']}: rebuild with "
+        missing = missing_model_files(path, "model") + missing_model_files(path, "tokenizer")
+        if missing:
+            return Check("model", False, f"{name} lacks {', '.join(missing)}: rebuild with "
                          "`python -m trnlab.assets build` or point TRNLAB_MODEL at a full model folder")
-        return Check("model", True, f"{name} (local folder)")
+        return Check("model", True, f"{_shown(name)} (local folder)")
     if is_bundled(name) or path.is_absolute() or name.startswith("."):
         return Check("model", False, f"no model folder at {name}: " + (
             "build the course model with `python -m trnlab.assets build`" if is_bundled(name)
@@ -65,9 +81,11 @@ def _model_check() -> Check:
 
 
 def _device_check(report: DeviceReport) -> Check:
-    requested = os.environ.get(DEVICE_ENV_VAR, "auto")
     try:
+        requested = read_settings().device
         device = pick_device(requested, verbose=False)
+    except SettingError as exc:
+        return Check("device", False, str(exc))
     except (DeviceNotAvailableError, ValueError) as exc:
         return Check("device", False, f"{DEVICE_ENV_VAR}={requested}: {exc}")
     return Check("device", True, f"{device} ({DEVICE_ENV_VAR}={requested}; "

@@ -15,9 +15,13 @@ from urllib.parse import urlparse
 import torch
 
 from trnlab.assets.build import BUNDLED_MODEL_DIR
-from trnlab.device import bf16_supported, pick_device, resolve_device_map
+from trnlab.device import pick_device, resolve_device_map, resolve_dtype
+from trnlab.settings import MODEL_ENV_VAR, read_settings
 
-MODEL_ENV_VAR = "TRNLAB_MODEL"
+#: What a model folder needs, by what reads it: config, weights (any of these), tokenizer.
+CONFIG_FILE = "config.json"
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
 class ModelNotAvailableError(OSError):
@@ -26,7 +30,7 @@ class ModelNotAvailableError(OSError):
 
 def model_name(name: str | os.PathLike | None = None) -> str:
     """The model to load: ``name``, else ``$TRNLAB_MODEL``, else the bundled tiny Qwen3."""
-    chosen = name or os.environ.get(MODEL_ENV_VAR) or BUNDLED_MODEL_DIR
+    chosen = name or read_settings().model or BUNDLED_MODEL_DIR
     return str(chosen)
 
 
@@ -71,15 +75,73 @@ def _in_hub_cache(name: str) -> bool:
         return False
 
 
-def _from_pretrained(loader, name: str, **kwargs):
-    # Without network, from_pretrained retries for about a minute before it fails: look first.
-    offline = Path(name).is_dir() or _in_hub_cache(name)
+def _looks_like_path(name: str) -> bool:
+    # A hub id is "owner/name" or "name"; anything absolute, relative-dotted, home-based or
+    # with more than one slash can only be a folder.
+    return (Path(name).is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
+            or os.sep in name and os.sep != "/")
+
+
+def missing_model_files(folder: str | os.PathLike, what: str = "model") -> list[str]:
+    """The files a model folder lacks for ``what`` ("config", "model" or "tokenizer"); empty if none."""
+    folder = Path(folder)
+    missing = []
+    if what in ("config", "model") and not (folder / CONFIG_FILE).is_file():
+        missing.append(CONFIG_FILE)
+    if what == "model" and not any(next(folder.glob(p), None) for p in WEIGHT_PATTERNS):
+        missing.append("weights (model.safetensors or pytorch_model.bin)")
+    if what == "tokenizer" and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        missing.append(" or ".join(TOKENIZER_FILES))
+    return missing
+
+
+def _check_folder(name: str, what: str) -> None:
+    """Raise :class:`ModelNotAvailableError` naming what a local folder lacks (never "the hub")."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        if is_bundled(name):
+            raise _not_available(name, FileNotFoundError(name))
+        raise ModelNotAvailableError(
+            f"There is no folder at {name!r}. Check the path (it is relative to the current folder, "
+            f"{os.getcwd()!r}), or give a hub name such as 'Qwen/Qwen3-0.6B', or unset {MODEL_ENV_VAR} "
+            "to use the course's bundled tiny Qwen3 model.")
+    if not path.is_dir():
+        raise ModelNotAvailableError(f"{name!r} is a file, not a model folder: point at the folder that "
+                                     f"holds {CONFIG_FILE} and the weights.")
+    missing = missing_model_files(path, what)
+    if missing:
+        fix = ("rebuild it with `python -m trnlab.assets build`" if is_bundled(name) else
+               "copy the whole folder again (e.g. `hf download <model> --local-dir <folder>`), or save "
+               "it with save_pretrained()")
+        raise ModelNotAvailableError(f"The folder {name!r} is not a complete {what}: it lacks "
+                                     f"{', '.join(missing)}. {fix[0].upper() + fix[1:]}.")
+
+
+def _from_pretrained(loader, name: str, what: str = "model", **kwargs):
+    # A folder is checked for the files `what` needs; a hub name is looked up in the local
+    # cache first: without network, from_pretrained retries for about a minute before it fails.
+    local = Path(name).expanduser().is_dir() or _looks_like_path(name) or is_bundled(name)
+    if local:
+        _check_folder(name, what)
+        name = str(Path(name).expanduser())
+    offline = local or _in_hub_cache(name)
     if not offline and not hub_reachable():
         raise _not_available(name, ConnectionError("hub unreachable"))
     try:
         return loader.from_pretrained(name, local_files_only=offline, **kwargs)
     except OSError as exc:
         raise _not_available(name, exc) from exc
+
+
+def load_config(name: str | os.PathLike | None = None, **kwargs):
+    """The Transformers config of model ``name`` (see :func:`model_name`): no weights, offline-aware.
+
+    Used by :func:`trnlab.validate_parallel_sizes` and :func:`trnlab.plan_memory` to check a
+    mesh or estimate memory before anything heavy is loaded.
+    """
+    from transformers import AutoConfig
+
+    return _from_pretrained(AutoConfig, model_name(name), "config", **kwargs)
 
 
 def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "left", **kwargs):
@@ -90,15 +152,12 @@ def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "l
     """
     from transformers import AutoTokenizer
 
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
     name = model_name(name)
-    tokenizer = _from_pretrained(AutoTokenizer, name, **kwargs)
+    tokenizer = _from_pretrained(AutoTokenizer, name, "tokenizer", **kwargs)
     tokenizer.padding_side = padding_side
     return tokenizer
-
-
-def default_dtype(device: torch.device) -> torch.dtype:
-    """bfloat16 where the device computes it natively (Neuron, recent GPUs), else float32."""
-    return torch.bfloat16 if bf16_supported(device.type) else torch.float32
 
 
 @contextmanager
@@ -113,25 +172,30 @@ def _progress_bars(enabled: bool):
         (logging.enable_progress_bar if was else logging.disable_progress_bar)()
 
 
-def load_model(name: str | os.PathLike | None = None, device: str | torch.device = "auto",
+def load_model(name: str | os.PathLike | None = None, device: str | torch.device | None = None,
                dtype: torch.dtype | str | None = None, progress: bool = False, **kwargs):
     """Load a causal LM with an explicit device map and return it in eval mode.
 
-    ``device`` goes through :func:`~trnlab.device.pick_device` ("auto" picks neuron > cuda >
-    cpu) and then :func:`~trnlab.device.resolve_device_map`, so the model never lands on CPU
-    by accident. ``dtype=None`` picks :func:`default_dtype`. ``progress=True`` shows the
-    weight-loading bar (off by default: it only clutters notebooks). Extra keyword arguments go to
-    ``from_pretrained`` (e.g. ``distributed_config``).
+    ``name`` goes through :func:`model_name` (``TRNLAB_MODEL``, else the bundled model).
+    ``device`` goes through :func:`~trnlab.pick_device` (``None``: ``TRNLAB_DEVICE``, else
+    "auto", which picks neuron > cuda > cpu; an index such as "neuron:3" is kept) and then
+    :func:`~trnlab.resolve_device_map`, so the model never lands on CPU by accident (claim 3).
+    ``dtype`` goes through :func:`~trnlab.resolve_dtype` (``None``: ``TRNLAB_DTYPE``, else
+    bfloat16 where the device computes it natively, float32 elsewhere). ``progress=True``
+    shows the weight-loading bar (off by default: it only clutters notebooks). Extra keyword
+    arguments go to ``from_pretrained`` (e.g. ``distributed_config``, ``attn_implementation``).
     """
     from transformers import AutoModelForCausalLM
 
     name = model_name(name)
     if "device_map" not in kwargs and "distributed_config" not in kwargs:
         device = device if isinstance(device, torch.device) else pick_device(device, verbose=False)
-        kwargs["device_map"] = resolve_device_map(device.type if device.type != "cuda" else str(device))
-        dtype = dtype or default_dtype(device)
+        kwargs["device_map"] = resolve_device_map(str(device) if device.type != "cpu" else "cpu")
+        dtype = resolve_dtype(dtype, device)
+    else:
+        dtype = resolve_dtype(dtype if dtype is not None else "float32")
     with _progress_bars(progress):
-        model = _from_pretrained(AutoModelForCausalLM, name, dtype=dtype or torch.float32, **kwargs)
+        model = _from_pretrained(AutoModelForCausalLM, name, "model", dtype=dtype, **kwargs)
     return model.eval()
 
 

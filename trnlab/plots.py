@@ -1,13 +1,21 @@
-"""Small plotting helpers for the notebooks: one function per chart, each returns its figure.
+"""Every chart and text table of the course: one function per picture, each returns its figure.
 
-They take plain rows (lists of dicts), e.g. :meth:`trnlab.compile_tracking.CompileTracker.table`
-or :meth:`trnlab.generation.WorkloadResult.table`, so they work with any code that makes
-such rows. matplotlib is imported inside each function, so importing trnlab stays light.
+They take plain rows (lists of dicts), e.g. :meth:`trnlab.CompileTracker.table`,
+:meth:`trnlab.bench.WorkloadResult.table`, :meth:`trnlab.TrainingRecorder.summary` or the
+rank reports of notebook 05, so they work with any code that makes such rows. matplotlib is
+imported inside each function, so importing trnlab stays light.
+
+* compiling (notebook 03): :func:`plot_compile_growth`, :func:`plot_padding_waste`,
+  :func:`plot_generation_comparison`;
+* training (notebook 04): :func:`draw_loss_curve`, :func:`plot_strategy_comparison`,
+  :func:`format_table`, :func:`format_steps`;
+* sharding (notebook 05): :func:`memory_table`, :func:`placement_table`, :func:`plot_mesh`,
+  :func:`plot_losses`.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 
 def plot_compile_growth(runs: Mapping[str, Sequence[dict]], title: str | None = None):
@@ -43,14 +51,14 @@ def plot_compile_growth(runs: Mapping[str, Sequence[dict]], title: str | None = 
 def plot_padding_waste(rows: Sequence[dict], title: str | None = None):
     """Padding waste (percent of processed tokens) against the number of buckets ``k``.
 
-    ``rows`` come from :func:`trnlab.generation.waste_by_bucket_count`; each point is
+    ``rows`` come from :func:`trnlab.padding_by_bucket_count`; each point is
     labelled with its bucket lengths. Notebook 03 uses it to pick a graph budget.
     """
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ks = [r["k"] for r in rows]
-    percent = [100 * r["waste_fraction"] for r in rows]
+    percent = [100 * r["padding_waste"] for r in rows]
     ax.plot(ks, percent, marker="o")
     for k, value, row in zip(ks, percent, rows):
         if len(row["buckets"]) <= 4:
@@ -68,7 +76,7 @@ def plot_generation_comparison(rows: Sequence[dict], title: str | None = None):
     """Bars per run: first call against steady-state seconds, and steady-state tokens/s.
 
     Each row has ``label``, ``first_call_seconds``, ``steady_seconds`` and
-    ``steady_tokens_per_second`` (e.g. :func:`trnlab.generation.time_generation` rows).
+    ``steady_tokens_per_second`` (e.g. :func:`trnlab.time_generation` rows).
     Notebook 03's eager-vs-compiled chart.
     """
     import matplotlib.pyplot as plt
@@ -93,3 +101,174 @@ def plot_generation_comparison(rows: Sequence[dict], title: str | None = None):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Training (notebook 04)
+
+
+def draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_steps: Iterable[int] = (),
+                    label: str | None = None, **plot_kwargs):
+    """Draw a loss curve on ``ax``, with a dotted line at every step that compiled a graph."""
+    line, = ax.plot(steps, losses, marker=".", label=label, **plot_kwargs)
+    for step in compiled_steps:
+        ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    return line
+
+
+def plot_strategy_comparison(results: Mapping[str, Mapping]):
+    """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy.
+
+    Panels (those present in the dicts): graphs compiled, seconds spent in compiling steps,
+    steady step time, padding waste, real tokens per second (steady, and over all steps),
+    final loss; "n/a" marks a missing value. Returns the matplotlib figure. Used by notebook 04.
+    """
+    import matplotlib.pyplot as plt
+
+    panels = [("graphs", "graphs compiled"), ("compiling_step_seconds", "seconds in compiling steps"),
+              ("steady_step_seconds", "steady step (s)"), ("padding_waste", "padding waste (fraction)"),
+              ("real_tokens_per_second", "real tokens / s (steady)"),
+              ("real_tokens_per_second_overall", "real tokens / s (all steps)"), ("final_loss", "final loss")]
+    panels = [(key, title) for key, title in panels if any(key in r for r in results.values())]
+    columns = min(4, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.0 * columns, 2.6 * rows), squeeze=False)
+    axes = axes.ravel()
+    for axis in axes[len(panels):]:
+        axis.set_visible(False)
+    names = list(results)
+    for axis, (key, title) in zip(axes, panels):
+        values = [results[name].get(key) for name in names]
+        axis.bar(names, [v or 0 for v in values], color=[f"C{i}" for i in range(len(names))])
+        for i, value in enumerate(values):
+            if value is None:  # e.g. no steady step: every step compiled
+                axis.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
+        axis.set_title(title, fontsize=10)
+        axis.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return fig
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return "-" if value is None else str(value)
+
+
+def text_table(rows: list[list[str]]) -> str:
+    """Rows of strings as aligned columns: the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                     for row in rows)
+
+
+def format_table(results: Mapping[str, Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain-text table of summary dicts, one row per strategy (numbers rounded for reading)."""
+    columns = list(columns or next(iter(results.values())).keys())
+    return text_table([["strategy", *columns]] +
+                       [[name, *(_cell(r.get(c)) for c in columns)] for name, r in results.items()])
+
+
+def format_steps(recorder,
+                 columns: Sequence[str] = ("step", "shape", "new_graphs", "graphs_so_far")) -> str:
+    """A plain-text table of the recorder's steps, with the chosen :class:`StepRecord` fields."""
+    return text_table([list(columns)] + [[_cell(getattr(s, c)) for c in columns] for s in recorder.steps])
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharding (notebook 05)
+
+
+def memory_table(ranks: list[dict]) -> str:
+    """Per-rank parameter bytes against the single-process size, as a text table."""
+    full = ranks[0]["full_bytes"]
+    lines = [f"{'rank':>4}  {'fsdp':>4}  {'tp':>2}  {'parameters':>10}  {'bytes':>10}  {'of 1 process':>12}"]
+    for r in ranks:
+        count = sum(_numel(p["local_shape"]) for p in r["parameters"])
+        lines.append(f"{r['rank']:>4}  {r['fsdp']:>4}  {r['tp']:>2}  {count:>10,}  {r['local_bytes']:>10,}  "
+                     f"{r['local_bytes'] / full:>11.1%}")
+    total = sum(r["local_bytes"] for r in ranks)
+    lines.append(f"{'all':>4}  {'':>4}  {'':>2}  {'':>10}  {total:>10,}  {total / full:>11.1%}")
+    lines.append(f"one process holds {full:,} bytes ({ranks[0]['full_bytes'] // 4:,} fp32 values)")
+    return "\n".join(lines)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def placement_table(ranks: list[dict], names: list[str]) -> str:
+    """For each parameter in ``names``: every rank's local shape, placements and rows/cols held."""
+    lines = []
+    for name in names:
+        first = next(p for p in ranks[0]["parameters"] if p["name"] == name)
+        lines.append(f"{name}  full shape {tuple(first['shape'])}")
+        for r in ranks:
+            p = next(p for p in r["parameters"] if p["name"] == name)
+            placement = ", ".join(f"{k}: {v}" for k, v in p["placements"].items()) or "not sharded"
+            held = f"rows {p.get('rows', '-')}" + (f", cols {p['cols']}" if p.get("cols", "-") != "-" else "")
+            lines.append(f"  rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): {str(tuple(p['local_shape'])):<11}"
+                         f" {held:<26} [{placement}]")
+    return "\n".join(lines)
+
+
+def plot_mesh(ranks: list[dict], names: list[str], ax=None):
+    """Draw the fsdp x tp device mesh: one box per rank with the weight rows it holds.
+
+    Rows of the grid are fsdp coordinates: the ranks in one row form a TP group (the two halves
+    of every layer, fed the same slice of the batch). Columns are tp coordinates: the ranks in
+    one column form an FSDP group, which shards that half again and splits the data. Returns the axes.
+    """
+    import matplotlib.pyplot as plt
+
+    fsdp_size, tp_size = ranks[0]["fsdp_size"], ranks[0]["tp_size"]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.2 * tp_size, 2.3 * fsdp_size + 0.6))
+    colors = plt.get_cmap("tab20").colors
+    for r in ranks:
+        x, y = r["tp"], fsdp_size - 1 - r["fsdp"]
+        ax.add_patch(plt.Rectangle((x + 0.03, y + 0.04), 0.94, 0.92, color=colors[2 * r["tp"] + r["fsdp"] % 2],
+                                   alpha=0.55))
+        text = [f"rank {r['rank']}  (fsdp {r['fsdp']}, tp {r['tp']})",
+                f"{r['local_bytes'] / 1e6:.2f} MB of {r['full_bytes'] / 1e6:.2f} MB"]
+        for name in names:
+            p = next(p for p in r["parameters"] if p["name"] == name)
+            short = ".".join(name.split(".")[-3:-1]) if "layers" in name else name.split(".")[-2]
+            whole = f"0-{p['shape'][1] - 1}" if len(p["shape"]) > 1 else "-"
+            cols = f" x cols {p['cols']}" if p.get("cols", "-") not in ("-", whole) else ""
+            text.append(f"{short}: rows {p.get('rows', '-')}{cols}")
+        ax.text(x + 0.5, y + 0.5, "\n".join(text), ha="center", va="center", fontsize=8, family="monospace")
+    ax.set_xlim(0, tp_size)
+    ax.set_ylim(0, fsdp_size)
+    ax.set_xticks([i + 0.5 for i in range(tp_size)], [f"tp {i}" for i in range(tp_size)])
+    ax.set_yticks([fsdp_size - 1 - i + 0.5 for i in range(fsdp_size)], [f"fsdp {i}" for i in range(fsdp_size)])
+    ax.set_title(f"{fsdp_size} x {tp_size} device mesh. Row: one TP group (ranks sharing an fsdp "
+                 f"coordinate: same data, the TP pieces of each layer). Column: one TP piece, split again by FSDP", fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    return ax
+
+
+def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None):
+    """Every rank's loss per step (its own rows), the global loss, and the one-process reference."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for r in ranks:  # TP partners overlap exactly: color per fsdp coordinate, marker per TP rank
+        ax.plot(r["losses"]["local"], color=f"C{r['fsdp']}", ls="-" if r["tp"] == 0 else ":",
+                marker="o" if r["tp"] == 0 else "x", mfc="none", ms=8 if r["tp"] == 0 else 6,
+                label=f"rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): its rows")
+    ax.plot(ranks[0]["losses"]["global"], color="black", lw=2, label="sharded, global batch")
+    if reference is not None:
+        ax.plot(reference, color="red", ls="--", lw=1.5, label="one process, same data")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=7)
+    return ax

@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from trnlab.compile_tracking import CompileTracker
+from trnlab import compat
+from trnlab.compile_tracking import CompileTracker, compile_backend as pick_compile_backend, forget_compiled_graphs
 from trnlab.device import bf16_supported
-
-#: accelerate reads this when the Trainer builds its TorchDynamoPlugin (``dynamic`` unset).
-_DYNAMIC_ENV_VAR = "ACCELERATE_DYNAMO_USE_DYNAMIC"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,7 +60,8 @@ def training_arguments(output_dir: str | os.PathLike, device: torch.device | str
 
     * ``bf16`` where the device computes it natively (always on Neuron), see :func:`precision_choice`;
     * ``torch_compile=True`` with ``torch_compile_backend=compile_backend``: ``None`` lets
-      Transformers pick (``"neuron"`` on Trainium, ``"inductor"`` elsewhere);
+      Transformers pick (``"neuron"`` on Trainium, ``"inductor"`` elsewhere); another backend
+      on Neuron raises (see :func:`trnlab.compile_backend`);
     * ``dataloader_drop_last=True``, so the last short batch cannot make a new shape;
     * ``use_cpu=True`` on CPU; loss logged every step; a checkpoint every ``save_steps`` steps
       (none if ``None``); non-pad tokens counted in ``state.num_input_tokens_seen``.
@@ -71,9 +70,10 @@ def training_arguments(output_dir: str | os.PathLike, device: torch.device | str
     """
     device = torch.device(device)
     bf16, reason = precision_choice(device)
-    if device.type == "neuron" and compile_backend not in (None, "neuron"):
-        raise ValueError(f"compile_backend={compile_backend!r} on Neuron: leave it None so Transformers "
-                         "picks 'neuron', the backend that builds Trainium graphs")
+    if compile_backend is not None:
+        compile_backend = pick_compile_backend(device, compile_backend)  # checks it fits the device
+    if device.type == "neuron" and compile_backend == "neuron":
+        compile_backend = None  # let Transformers pick it, as the page teaches (claim 8)
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     kwargs = dict(
@@ -98,20 +98,6 @@ def training_arguments(output_dir: str | os.PathLike, device: torch.device | str
         print(reason)
         print(describe_arguments(args))
     return args
-
-
-def course_compile_backend(device: torch.device | str, requested: str | None = None) -> str | None:
-    """The ``torch.compile`` backend notebook 04 trains with: ``requested`` if given, else
-
-    * on Neuron ``None``: Transformers picks ``"neuron"``, the backend the page teaches;
-    * elsewhere ``"eager"``: dynamo captures exactly the graphs it would for Neuron (same
-      count, a recompile per new shape) and runs them with eager PyTorch. Transformers' own
-      pick there, ``"inductor"``, compiles forward and backward to C++ and takes minutes per
-      graph on a 2-core machine; ``python -m trnlab bench train`` runs it.
-    """
-    if requested:
-        return requested
-    return None if torch.device(device).type == "neuron" else "eager"
 
 
 def describe_arguments(args: TrainingArguments) -> str:
@@ -174,7 +160,7 @@ def make_trainer(model, args: TrainingArguments, train_dataset, data_collator, *
     for callback in callbacks:
         if isinstance(callback, TrainingRecorder):
             data_collator = callback.watch(data_collator)
-    with _env(_DYNAMIC_ENV_VAR, "false" if static_shapes and args.torch_compile else None):
+    with _env(compat.ACCELERATE_DYNAMIC_ENV_VAR, "false" if static_shapes and args.torch_compile else None):
         trainer = Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=data_collator,
                           callbacks=list(callbacks), **trainer_kwargs)
     if args.disable_tqdm and any(isinstance(c, TrainingRecorder) for c in callbacks):
@@ -189,28 +175,27 @@ def make_trainer(model, args: TrainingArguments, train_dataset, data_collator, *
 def _progress_bar_without_loss_table(trainer: Trainer) -> None:
     # In Jupyter, Trainer shows an HTML progress bar and under it a table with one row per logged
     # loss: with logging_steps=1 that table grows by a row a step. The live plot shows the losses.
-    from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
-
-    if DEFAULT_PROGRESS_CALLBACK.__name__ != "NotebookProgressCallback":
+    default = compat.notebook_progress_callback_class()
+    if default.__name__ != "NotebookProgressCallback":
         return
 
-    class NotebookProgressBar(DEFAULT_PROGRESS_CALLBACK):
+    class NotebookProgressBar(default):
         """Trainer's notebook progress bar, without its table of logged losses."""
 
         def on_train_begin(self, args, state, control, **kwargs):
             super().on_train_begin(args, state, control, **kwargs)
-            self.training_tracker.inner_table = None  # the tracker draws no table when it has none
+            compat.hide_progress_table(self)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             return None
 
-    if trainer.pop_callback(DEFAULT_PROGRESS_CALLBACK) is not None:
+    if trainer.pop_callback(default) is not None:
         trainer.add_callback(NotebookProgressBar)
 
 
 def compile_settings(trainer: Trainer) -> dict:
     """The keyword arguments the Trainer will give ``torch.compile`` (empty if it does not compile)."""
-    plugin = trainer.accelerator.state.dynamo_plugin
+    plugin = compat.trainer_dynamo_plugin(trainer)
     if str(plugin.backend.value).lower() == "no":
         return {}
     return {"backend": plugin.backend.value.lower(), "mode": plugin.mode, "dynamic": plugin.dynamic}
@@ -285,8 +270,17 @@ class TrainingRecorder(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         seconds = time.perf_counter() - self._step_start
         graphs = self.tracker.graphs
+        # Optimizer step i trains on micro-batches i*G .. (i+1)*G - 1 (G: gradient accumulation
+        # steps). Matched by position, not by "batches seen so far": the data loader may have
+        # collated the next step's first batch already.
+        per_step = max(1, args.gradient_accumulation_steps)
         i = len(self.steps)
-        shape, real, tokens = self._batches[i] if i < len(self._batches) else (None, None, None)
+        mine = self._batches[i * per_step:(i + 1) * per_step]
+        if mine:
+            shape = mine[0][0] if len({b[0] for b in mine}) == 1 else max(b[0] for b in mine)
+            real, tokens = sum(b[1] for b in mine), sum(b[2] for b in mine)
+        else:
+            shape, real, tokens = None, None, None
         self.steps.append(StepRecord(state.global_step, None, seconds, shape, real, tokens,
                                      graphs - self._graphs_at_step_start, graphs, self.tracker.compile_seconds))
 
@@ -426,17 +420,6 @@ def _figure_png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_steps: Iterable[int] = (),
-                    label: str | None = None, **plot_kwargs):
-    """Draw a loss curve on ``ax``, with a dotted line at every step that compiled a graph."""
-    line, = ax.plot(steps, losses, marker=".", label=label, **plot_kwargs)
-    for step in compiled_steps:
-        ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss")
-    return line
-
-
 class LiveLossPlot(TrainerCallback):
     """Callback: a loss curve that redraws in place while a notebook trains.
 
@@ -474,6 +457,8 @@ class LiveLossPlot(TrainerCallback):
         if self.reference:
             ax.plot(list(self.reference), list(self.reference.values()), "--", color="grey",
                     label=self.reference_label)
+        from trnlab.plots import draw_loss_curve
+
         draw_loss_curve(ax, self.steps, self.losses, self.compiled_steps, label="this run")
         ax.set_title(f"{self.title} (dotted: a graph was compiled)", fontsize=10)
         if self.reference:
@@ -511,76 +496,8 @@ class LiveLossPlot(TrainerCallback):
             self._handle.update(Image(data=self._render()))
 
 
-def plot_strategy_comparison(results: Mapping[str, Mapping]):
-    """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy.
-
-    Panels (those present in the dicts): graphs compiled, seconds spent in compiling steps,
-    steady step time, padding waste, real tokens per second (steady, and over all steps),
-    final loss; "n/a" marks a missing value. Returns the matplotlib figure. Used by notebook 04.
-    """
-    import matplotlib.pyplot as plt
-
-    panels = [("graphs", "graphs compiled"), ("compiling_step_seconds", "seconds in compiling steps"),
-              ("steady_step_seconds", "steady step (s)"), ("padding_waste", "padding waste (fraction)"),
-              ("real_tokens_per_second", "real tokens / s (steady)"),
-              ("real_tokens_per_second_overall", "real tokens / s (all steps)"), ("final_loss", "final loss")]
-    panels = [(key, title) for key, title in panels if any(key in r for r in results.values())]
-    columns = min(4, len(panels))
-    rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.0 * columns, 2.6 * rows), squeeze=False)
-    axes = axes.ravel()
-    for axis in axes[len(panels):]:
-        axis.set_visible(False)
-    names = list(results)
-    for axis, (key, title) in zip(axes, panels):
-        values = [results[name].get(key) for name in names]
-        axis.bar(names, [v or 0 for v in values], color=[f"C{i}" for i in range(len(names))])
-        for i, value in enumerate(values):
-            if value is None:  # e.g. no steady step: every step compiled
-                axis.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
-        axis.set_title(title, fontsize=10)
-        axis.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
-    return fig
-
-
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
-    return "-" if value is None else str(value)
-
-
-def _text_table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
-                     for row in rows)
-
-
-def format_table(results: Mapping[str, Mapping], columns: Sequence[str] | None = None) -> str:
-    """A plain-text table of summary dicts, one row per strategy (numbers rounded for reading)."""
-    columns = list(columns or next(iter(results.values())).keys())
-    return _text_table([["strategy", *columns]] +
-                       [[name, *(_cell(r.get(c)) for c in columns)] for name, r in results.items()])
-
-
-def format_steps(recorder: TrainingRecorder,
-                 columns: Sequence[str] = ("step", "shape", "new_graphs", "graphs_so_far")) -> str:
-    """A plain-text table of the recorder's steps, with the chosen :class:`StepRecord` fields."""
-    return _text_table([list(columns)] + [[_cell(getattr(s, c)) for c in columns] for s in recorder.steps])
-
-
 # ---------------------------------------------------------------------------------------------
 # One strategy, end to end (notebook 04 and the benchmark)
-
-
-def fresh_compile_cache() -> None:
-    """Forget every graph dynamo compiled in this process, so the next run starts cold like a new one.
-
-    Without it a second run of the same model class and shape reuses the first run's graph,
-    and its compile count would read 0. (On Trainium the NEFF cache on disk still saves the
-    neuronx-cc time: see notebook 03.)
-    """
-    torch._dynamo.reset()
 
 
 def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output_dir, device, *,
@@ -594,7 +511,7 @@ def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output
     (checked against ``model.config.max_position_embeddings``). The Trainer is built by
     :func:`make_trainer` (static shapes) with a :class:`TrainingRecorder`, whose
     :meth:`~TrainingRecorder.summary` gives the figures of notebook 04's table. With
-    ``cold_start`` the compile cache is cleared first (:func:`fresh_compile_cache`). The same
+    ``cold_start`` every compiled graph is forgotten first (:func:`trnlab.forget_compiled_graphs`). The same
     call with ``resume_from_checkpoint`` (see :func:`last_checkpoint`) resumes a run it started.
     Extra keyword arguments go to :func:`training_arguments` (e.g. ``save_steps``, ``disable_tqdm``).
     """
@@ -607,7 +524,7 @@ def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output
                               verbose=verbose, **argument_overrides)
     recorder = TrainingRecorder()
     if cold_start:
-        fresh_compile_cache()
+        forget_compiled_graphs()
     trainer = make_trainer(model, args, dataset, collator, callbacks=[recorder, *callbacks])
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return trainer, recorder

@@ -12,7 +12,7 @@ corpus, 16 new tokens each, one request at a time) runs four ways:
 It writes the figures as JSON (graphs, distinct shapes, compile seconds, padding waste,
 steady-state tokens/s compiled vs eager, whether outputs are identical) and prints a
 table. Runs on any machine: on Trainium generate compiles with the ``neuron`` backend,
-elsewhere with ``--backend`` (default ``inductor``). ``--quick`` is a seconds-long
+elsewhere with ``--backend`` (default ``inductor``, as :func:`trnlab.compile_backend` decides). ``--quick`` is a seconds-long
 version for the tests. Exit status 1 when bucketing changed an answer.
 """
 
@@ -41,14 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--longest", type=int, help="longest prompt in tokens (default 200; quick 24)")
     parser.add_argument("--max-new-tokens", type=int, help="tokens generated per request (default 16; quick 4)")
     parser.add_argument("--buckets", type=int, help="number of bucket lengths, the graph budget (default 4; quick 2)")
-    parser.add_argument("--backend", help="torch.compile backend off Neuron (default inductor; quick eager); "
-                                          "on Neuron the default is transformers' own 'neuron' config")
+    parser.add_argument("--backend", help="torch.compile backend (default: trnlab.compile_backend's choice, "
+                                          "inductor off Neuron, neuron on Neuron; quick: eager off Neuron). "
+                                          "On Neuron any other backend is an error")
     parser.add_argument("--compile-prefill", action="store_true",
                         help="compile the prefill too (generate's prefill_chunk_size path): one more graph per "
                              "prompt shape, as Neuron compiles every new shape")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompt lengths and texts")
     parser.add_argument("--model", help="model name or folder (default: $TRNLAB_MODEL or the bundled tiny Qwen3)")
-    parser.add_argument("--device", default="auto", help="auto (neuron > cuda > cpu), neuron, cuda or cpu")
+    parser.add_argument("--device", default=None,
+                        help="auto (neuron > cuda > cpu), neuron, cuda or cpu (default: $TRNLAB_DEVICE or auto)")
     parser.add_argument("--recompile-limit", type=int, default=1024,
                         help="dynamo's recompile limit during the runs, raised so every shape is counted")
     parser.add_argument("--threads", type=int,
@@ -62,15 +64,16 @@ def _settings(args) -> dict:
     pick = lambda value, full, small: value if value is not None else (small if quick else full)  # noqa: E731
     return {"prompts": pick(args.prompts, 64, 8), "shortest": pick(args.shortest, 4, 4),
             "longest": pick(args.longest, 200, 24), "max_new_tokens": pick(args.max_new_tokens, 16, 4),
-            "buckets": pick(args.buckets, 4, 2), "backend": pick(args.backend, "inductor", "eager"),
+            "buckets": pick(args.buckets, 4, 2), "backend": args.backend,
             "compile_prefill": args.compile_prefill, "seed": args.seed, "quick": quick,
             "recompile_limit": args.recompile_limit}
 
 
-def run_benchmark(settings: dict, model=None, tokenizer=None, device="auto", model_name=None,
+def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model_name=None,
                   log=print) -> dict:
     """Run the four generations of the module docstring and return the report as a dict."""
-    from trnlab import generation as gen
+    from trnlab import bench, buckets as bk
+    from trnlab.compile_tracking import compile_backend, forget_compiled_graphs
     from trnlab.device import package_versions, pick_device
     from trnlab.models import load_model, load_tokenizer
 
@@ -80,33 +83,37 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device="auto", mod
         # graph as a padded one (SDPA drops the mask for unpadded prompts: a second graph).
         model = load_model(model_name, device=device, attn_implementation="eager")
     tokenizer = tokenizer or load_tokenizer(model_name)
-    backend = None if device.type == "neuron" and settings["backend"] == "inductor" else settings["backend"]
+    requested = settings["backend"]
+    if requested is None and settings["quick"] and device.type != "neuron":
+        requested = "eager"  # seconds instead of minutes for the tests
+    backend = compile_backend(device, requested)  # raises for e.g. --backend inductor on Neuron
     new = settings["max_new_tokens"]
     max_positions = model.config.max_position_embeddings
 
-    lengths = gen.sample_prompt_lengths(settings["prompts"], settings["shortest"], settings["longest"], settings["seed"])
-    prompts = gen.corpus_prompts(tokenizer, lengths, seed=settings["seed"])
-    buckets = gen.ShapeBuckets(gen.choose_buckets(lengths, settings["buckets"], max_length=max_positions - new), new)
+    lengths = bench.sample_prompt_lengths(settings["prompts"], settings["shortest"], settings["longest"],
+                                          settings["seed"])
+    prompts = bench.corpus_prompts(tokenizer, lengths, seed=settings["seed"])
+    buckets = bk.ShapeBuckets(bk.choose_buckets(lengths, settings["buckets"], max_positions=max_positions - new), new)
     buckets.check_model(model)
-    waste = gen.bucket_padding_tokens(lengths, buckets.lengths)
+    pad_tokens = bk.bucket_pad_tokens(lengths, buckets.lengths)
     log(f"{len(prompts)} prompts, {len(set(lengths))} distinct lengths from {min(lengths)} to {max(lengths)}; "
-        f"buckets {buckets.lengths}, cache length {buckets.cache_length}; backend {backend or 'neuron'}")
+        f"buckets {buckets.lengths}, cache length {buckets.cache_length}; backend {backend}")
 
     common = dict(compile_prefill=settings["compile_prefill"], recompile_limit=settings["recompile_limit"])
     runs = {}
 
     def run(name, **kwargs):
         start = time.perf_counter()
-        runs[name] = gen.run_generation_workload(model, prompts, new, label=name, **kwargs)
+        runs[name] = bench.run_generation_workload(model, prompts, new, label=name, **kwargs)
         log(f"  {name}: {runs[name].graphs} graph(s), {time.perf_counter() - start:.1f} s")
         return runs[name]
 
-    gen.reset_compile_state(model)
+    forget_compiled_graphs(model)
     run("eager_unbucketed", compile=False)
     run("eager_bucketed", compile=False, buckets=buckets)
-    gen.reset_compile_state(model)
+    forget_compiled_graphs(model)
     run("compiled_unbucketed", backend=backend, **common)
-    gen.reset_compile_state(model)
+    forget_compiled_graphs(model)
     run("compiled_bucketed", backend=backend, buckets=buckets, **common)
     # Every bucket's graph exists now: a second pass over the same prompts is all steady state.
     run("compiled_bucketed_steady", backend=backend, buckets=buckets, **common)
@@ -120,10 +127,10 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device="auto", mod
     compiled_speed = runs["compiled_bucketed_steady"].tokens_per_second()
     graph_budget = len(buckets.lengths) + (1 if settings["compile_prefill"] else 0)
     checks = {
-        "identical_bucketed_vs_unbucketed_eager": gen.identical_outputs(runs["eager_unbucketed"], runs["eager_bucketed"]),
-        "identical_bucketed_vs_unbucketed_compiled": gen.identical_outputs(runs["compiled_unbucketed"],
+        "identical_bucketed_vs_unbucketed_eager": bench.identical_outputs(runs["eager_unbucketed"], runs["eager_bucketed"]),
+        "identical_bucketed_vs_unbucketed_compiled": bench.identical_outputs(runs["compiled_unbucketed"],
                                                                            runs["compiled_bucketed"]),
-        "identical_compiled_vs_eager": gen.identical_outputs(runs["eager_unbucketed"], runs["compiled_unbucketed"]),
+        "identical_compiled_vs_eager": bench.identical_outputs(runs["eager_unbucketed"], runs["compiled_unbucketed"]),
         "bucketed_graphs": runs["compiled_bucketed"].graphs,
         "bucketed_graph_budget": graph_budget,
         "bucketed_graphs_within_budget": runs["compiled_bucketed"].graphs <= graph_budget,
@@ -135,15 +142,15 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device="auto", mod
         "compiled_at_least_as_fast_as_eager": bool(compiled_speed and eager_speed and compiled_speed >= eager_speed),
     }
     return {
-        "settings": settings | {"backend": backend or "neuron (transformers default)"},
+        "settings": settings | {"backend": backend},
         "device": str(device), "model": model.name_or_path, "versions": package_versions(),
         "torch_threads": torch.get_num_threads(),
         "workload": {"prompt_lengths": lengths, "distinct_lengths": len(set(lengths)),
                      "buckets": list(buckets.lengths), "cache_length": buckets.cache_length,
-                     "padded_tokens": waste, "prompt_tokens": sum(lengths),
-                     "padding_waste_fraction": waste / (waste + sum(lengths)),
-                     "waste_by_bucket_count": [r | {"buckets": list(r["buckets"])}
-                                               for r in gen.waste_by_bucket_count(lengths, 8)]},
+                     "pad_tokens": pad_tokens, "prompt_tokens": sum(lengths),
+                     "padding_waste": pad_tokens / (pad_tokens + sum(lengths)),
+                     "padding_by_bucket_count": [r | {"buckets": list(r["buckets"])}
+                                                 for r in bk.padding_by_bucket_count(lengths, 8)]},
         "runs": summaries,
         "checks": checks,
     }
@@ -160,8 +167,8 @@ def format_report(report: dict) -> str:
                      f"{steady if steady is None else round(steady, 3)!s:>8} "
                      f"{speed if speed is None else round(speed, 1)!s:>7}")
     w = report["workload"]
-    lines.append(f"buckets {w['buckets']}: {w['padded_tokens']} pad tokens "
-                 f"({100 * w['padding_waste_fraction']:.1f}% of tokens processed)")
+    lines.append(f"buckets {w['buckets']}: {w['pad_tokens']} pad tokens "
+                 f"({100 * w['padding_waste']:.1f}% of tokens processed)")
     lines += [f"{key}: {value}" for key, value in report["checks"].items()]
     return "\n".join(lines)
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from trnlab import data, training
+from trnlab import compat, data, plots, training
+from trnlab.compile_tracking import compile_backend, recompile_limit as raised_recompile_limit
 from trnlab.device import package_versions, pick_device
 from trnlab.models import load_model, load_tokenizer, model_name
 
@@ -42,15 +43,16 @@ def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(prog="python -m trnlab bench train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None,
                         help="model folder or hub id (default: $TRNLAB_MODEL or the bundled tiny Qwen3)")
-    parser.add_argument("--device", default="auto", help="auto (neuron > cuda > cpu), neuron, cuda or cpu")
+    parser.add_argument("--device", default=None,
+                        help="auto (neuron > cuda > cpu), neuron, cuda or cpu (default: $TRNLAB_DEVICE or auto)")
     parser.add_argument("--backend", default=None,
                         help="torch.compile backend (default: the one Transformers picks; --quick: eager off Neuron)")
     parser.add_argument("--strategies", default=",".join(data.STRATEGIES),
                         help=f"comma-separated, from {', '.join(data.STRATEGIES)}")
-    parser.add_argument("--steps", type=int, default=16, help="optimizer steps per strategy (default 16)")
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per strategy (default 16; quick 4)")
+    parser.add_argument("--batch-size", type=int, default=None, help="rows per batch (default 4; quick 2)")
     parser.add_argument("--length", type=int, default=96, help="max/fixed/block length in tokens (default 96)")
-    parser.add_argument("--texts", type=int, default=256, help="documents in the seeded dataset (default 256)")
+    parser.add_argument("--texts", type=int, default=None, help="documents in the seeded dataset (default 256; quick 64)")
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recompile-limit", type=int, default=1024,
@@ -64,8 +66,11 @@ def parse_args(argv: list[str] | None):
                         help="a short run: 4 steps, batch 2, 64 texts, eager backend off Neuron")
     parser.add_argument("--check", action="store_true", help="exit with status 1 if a target is missed")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.steps, args.batch_size, args.texts = 4, 2, 64
+    # --quick changes the defaults only: an explicit --steps, --batch-size or --texts wins.
+    defaults = {"steps": (16, 4), "batch_size": (4, 2), "texts": (256, 64)}
+    for name, (full, quick) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in args.strategies if s not in data.STRATEGIES]
     if unknown:
@@ -75,15 +80,10 @@ def parse_args(argv: list[str] | None):
 
 @contextlib.contextmanager
 def cold_compiles(recompile_limit: int):
-    """Compile every graph from scratch: no in-memory graph (``train_strategy`` resets dynamo) and
+    """Compile every graph from scratch: no in-memory graph (``train_strategy`` forgets them) and
     no on-disk cache hit from an earlier strategy or run (inductor's FX graph cache and the
     AOTAutograd cache are off); dynamo's recompile limit set to ``recompile_limit``."""
-    import torch._functorch.config
-    import torch._inductor.config
-
-    with torch._dynamo.config.patch(recompile_limit=recompile_limit), \
-            torch._inductor.config.patch(fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
+    with raised_recompile_limit(recompile_limit), compat.no_compile_caches():
         yield
 
 
@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device, verbose=False)
-    backend = args.backend or (training.course_compile_backend(device) if args.quick else None)
+    # Transformers' pick unless asked (quick: dynamo's graphs run eagerly, seconds not minutes).
+    requested = args.backend or ("eager" if args.quick and device.type != "neuron" else None)
+    backend = compile_backend(device, requested) if requested else None
     tokenizer = load_tokenizer(args.model)
     texts = data.training_texts(args.texts, seed=args.seed)
     print(f"bench train: {model_name(args.model)} on {device}, backend {backend or 'picked by Transformers'}; "
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2))
-    print(training.format_table(results, ["graphs", "graphs_after_warmup", "compile_seconds", "steady_step_seconds",
+    print(plots.format_table(results, ["graphs", "graphs_after_warmup", "compile_seconds", "steady_step_seconds",
                                           "padding_waste", "real_tokens_per_second", "final_loss"]))
     for name, target in targets.items():
         status = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]

@@ -14,7 +14,7 @@ divide by ``tp_size``), and :func:`plan_processes` picks the process count and b
 the machine: one process per NeuronCore (``neuron``) or GPU (``nccl``), a few on CPU (``gloo``).
 
 Past one machine, :func:`multinode_commands` writes one ``torchrun`` command per node, and
-:func:`slurm_script` a Slurm batch script for a trn1/trn2 cluster;
+:func:`slurm_script` a Slurm batch script for a trn2 or trn3 cluster;
 ``python -m trnlab launch --dry-run ...`` prints them. Notebook 05 uses this module.
 """
 
@@ -44,15 +44,25 @@ DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 #: Processes on CPU when nothing asks for more: enough to show a mesh, few enough for a laptop.
 CPU_DEFAULT_PROCESSES = 2
 
-#: NeuronCores (processes) per node on the Trainium instances the course scales out to.
-#: trn1.32xlarge: 16 Trainium chips x 2 NeuronCores; trn2.48xlarge: 16 Trainium2 chips x 4
-#: logical NeuronCores at the default logical-core setting (LNC=2), per the Neuron docs.
-NEURON_CORES_PER_INSTANCE = {"trn1.32xlarge": 32, "trn2.48xlarge": 64}
+def neuron_cores_per_node(instance: str) -> int:
+    """Logical NeuronCores (one process each) on one node of ``instance``, e.g. 64 on trn2.48xlarge.
+
+    Read from the planner's instance table (:data:`trnlab.planning.INSTANCES`, figures from the
+    Neuron docs, one source for both): a Trainium2 chip has 8 physical NeuronCores, 4 logical
+    ones at the default ``NEURON_LOGICAL_NC_CONFIG=2``; a trn2.3xlarge has 1 chip, a
+    trn2.48xlarge 16. trn1 is refused: it has no native ``neuron`` device.
+    """
+    from trnlab.planning import PlanError, get_instance
+
+    try:
+        return get_instance(instance).cores_per_host
+    except PlanError as exc:
+        raise LaunchConfigError(str(exc)) from None
+
 
 #: torchrun prefixes every line a worker prints with this (``${rank}`` is the global rank).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
-_ROOT_CAUSE_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
 
 #: Environment variable that marks every process of one launch, so none can be left behind.
 LAUNCH_ID_VAR = "TRNLAB_LAUNCH_ID"
@@ -168,28 +178,22 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _config_of(model_config):
-    """A Transformers config from a config object, a model name/folder, or ``None`` (none)."""
-    if model_config is None or hasattr(model_config, "num_attention_heads"):
-        return model_config
-    from transformers import AutoConfig
+def model_config_of(model=None):
+    """The Transformers config of ``model``: a config object, a name or folder, or ``None``.
 
-    from trnlab.models import _from_pretrained  # offline-aware: fails fast without the hub
-    return _from_pretrained(AutoConfig, str(model_config))
-
-
-def model_config(name=None):
-    """The Transformers config of model ``name`` (``None``: ``TRNLAB_MODEL`` or the course model).
-
-    Cheap (no weights) and offline-aware; :func:`validate_parallel_sizes` checks a mesh against it.
+    ``None`` is the course's model (``TRNLAB_MODEL`` or the bundled tiny Qwen3). Cheap (no
+    weights) and offline-aware; :func:`validate_parallel_sizes` checks a mesh against it.
     """
-    from trnlab.models import model_name
-    return _config_of(model_name(name))
+    if hasattr(model, "num_attention_heads") or hasattr(model, "get_text_config"):
+        return model
+    from trnlab.models import load_config
+
+    return load_config(model)
 
 
 def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 1, *,
                             dp_replicate_size: int = 1, pp_size: int = 1,
-                            model_config=None) -> dict:
+                            model_config=None, check_model: bool = True) -> dict:
     """Check a ``DistributedConfig`` layout against the launch and the model, before launching.
 
     * ``pp_size * dp_replicate_size * fsdp_size * tp_size`` must equal ``world_size`` (the
@@ -201,8 +205,10 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
     * With tied embeddings and FSDP, ``vocab_size`` must divide by ``tp_size * fsdp_size``
       (see :func:`trnlab.distributed.pad_vocabulary` for the silent failure this prevents).
 
-    ``model_config`` is a Transformers config or a model name (``None``: skip the model checks).
-    Raises :class:`LaunchConfigError` naming the numbers to change; returns the checked sizes.
+    ``model_config`` is a Transformers config or a model name or folder; ``None`` means the
+    course's model (``TRNLAB_MODEL`` or the bundled one), as :func:`launch` uses.
+    ``check_model=False`` skips the model checks, explicitly. Raises
+    :class:`LaunchConfigError` naming the numbers to change; returns the checked sizes.
     """
     sizes = {"pp_size": pp_size, "dp_replicate_size": dp_replicate_size,
              "fsdp_size": fsdp_size, "tp_size": tp_size}
@@ -221,7 +227,7 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
             f"{product}), or change the sizes so their product is {world_size}"
             + (f" (e.g. {'; '.join(pairs)})." if pairs and pp_size == dp_replicate_size == 1 else "."))
 
-    config = _config_of(model_config)
+    config = model_config_of(model_config) if check_model else None
     if config is not None:
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
         checks = [("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads"),
@@ -263,14 +269,16 @@ def _script_argv(script, script_args=(), module: bool = False) -> list[str]:
     return (["-m", str(script)] if module else [str(script)]) + [str(a) for a in script_args]
 
 
-def torchrun_command(script, script_args=(), *, nproc_per_node: int, nnodes: int = 1,
+def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, nnodes: int = 1,
                      node_rank: int = 0, rdzv_endpoint: str | None = None,
                      rdzv_backend: str = "static", rdzv_id: str = "trnlab", module: bool = False,
                      python: str | None = None, tee: bool = True) -> list[str]:
-    """The ``torchrun`` argument list for one node (a list: no shell, no quoting trouble).
+    """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting).
 
-    One node without an endpoint uses ``--standalone`` (a private rendezvous on a free port).
-    More nodes meet at ``rdzv_endpoint`` (``HOST:PORT`` on node 0, reachable from every node):
+    ``nproc_per_node=None`` takes :func:`plan_processes`' choice for this machine: one
+    process per NeuronCore or GPU, two on CPU. One node without an endpoint uses
+    ``--standalone`` (a private rendezvous on a free port). More nodes meet at
+    ``rdzv_endpoint`` (``HOST:PORT`` on node 0, reachable from every node):
 
     * ``rdzv_backend="static"`` (default): ``--nnodes --node-rank --master-addr --master-port``;
       node ``i`` holds global ranks ``i * nproc_per_node ...``, node 0 hosts the store.
@@ -279,8 +287,15 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int, nnodes: int
 
     ``python=None`` runs torchrun as ``python -m torch.distributed.run`` with this
     interpreter; ``"torchrun"`` writes the console script, as a cluster script would.
-    ``tee`` asks torchrun to prefix every worker line with its rank (``--tee=3``).
+    ``tee`` asks torchrun to prefix every worker line with its rank (``--tee=3``). For every
+    node of a multi-node run at once, see :func:`multinode_commands`.
     """
+    if nproc_per_node is None:
+        nproc_per_node = plan_processes().nproc_per_node
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise LaunchConfigError(f"nproc_per_node={nproc_per_node!r}: give a whole number of processes >= 1")
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
     cmd = ["torchrun"] if python == "torchrun" else [python or sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1 and rdzv_endpoint is None:
         cmd += ["--standalone"]
@@ -303,19 +318,24 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int, nnodes: int
     return cmd + _script_argv(script, script_args, module)
 
 
-def multinode_commands(script, script_args=(), *, nnodes: int, nproc_per_node: int,
-                       rdzv_endpoint: str, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
+def multinode_commands(script, script_args=(), *, nnodes: int, nproc_per_node: int | None = None,
+                       rdzv_endpoint: str | None = None, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
                        module: bool = False, python: str | None = "torchrun",
                        tee: bool = False) -> list[list[str]]:
-    """One ``torchrun`` command per node for a multi-node run (list index = ``--node-rank``).
+    """One ``torchrun`` command per node (list index = ``--node-rank``), from one node up.
 
-    Run command ``i`` on node ``i``; node 0 hosts the rendezvous at ``rdzv_endpoint`` (its
-    address and a free port every node can reach). Together they form one job of
-    ``nnodes * nproc_per_node`` ranks. Notebook 05 prints these for a trn1/trn2 cluster;
-    :func:`launch_loopback_nodes` runs them all on this machine.
+    Run command ``i`` on node ``i``; with two or more nodes, node 0 hosts the rendezvous at
+    ``rdzv_endpoint`` (its address and a free port every node can reach). Together they form
+    one job of ``nnodes * nproc_per_node`` ranks (``nproc_per_node=None``: this machine's
+    choice, :func:`plan_processes`). With ``nnodes=1`` it is ``[torchrun_command(...)]``.
+    Notebook 05 prints these for a trn2 cluster; :func:`launch_loopback_nodes` runs them all
+    on this machine.
     """
-    if nnodes < 2:
-        raise LaunchConfigError(f"nnodes={nnodes}: a multi-node run has at least 2 nodes; use launch() for one")
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
+    if nnodes > 1 and rdzv_endpoint is None:
+        raise LaunchConfigError(f"a run on {nnodes} nodes needs rdzv_endpoint='HOST:PORT': the address of "
+                                "node 0 and a free port every node can reach")
     return [torchrun_command(script, script_args, nproc_per_node=nproc_per_node, nnodes=nnodes,
                              node_rank=i, rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend,
                              rdzv_id=rdzv_id, module=module, python=python, tee=tee)
@@ -328,16 +348,13 @@ def slurm_script(script, script_args=(), *, nnodes: int, instance: str = "trn2.4
     """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes.
 
     Slurm starts one task per node (``srun --ntasks-per-node=1``); each task runs torchrun
-    with one process per NeuronCore (:data:`NEURON_CORES_PER_INSTANCE`, or ``nproc_per_node``)
+    with one process per NeuronCore (:func:`neuron_cores_per_node`, or ``nproc_per_node``)
     and rendezvous at the first node of the allocation. ``$SLURM_NODEID`` is expanded inside
     each task, so every node gets its own ``--node-rank``. ``venv``: a virtual environment to
     activate on every node (e.g. the Neuron venv); it must exist on every node, as must the script.
     """
     if nproc_per_node is None:
-        if instance not in NEURON_CORES_PER_INSTANCE:
-            raise LaunchConfigError(f"unknown instance {instance!r}: pass nproc_per_node, or use one of "
-                                    f"{', '.join(NEURON_CORES_PER_INSTANCE)}")
-        nproc_per_node = NEURON_CORES_PER_INSTANCE[instance]
+        nproc_per_node = neuron_cores_per_node(instance)
     worker = shlex.join(_script_argv(script, script_args, module))
     activate = f"source {shlex.quote(venv + '/bin/activate')}\n" if venv else ""
     # The single-quoted part expands on each node, inside its own srun task ($SLURM_NODEID);
@@ -405,26 +422,29 @@ class LaunchResult:
         return f"{who} failed (exit status {self.returncode}); torchrun stopped the other ranks"
 
 
-def _marked_processes(launch_id: str) -> list[int]:
-    """PIDs of live processes whose environment carries this launch's id (Linux /proc)."""
-    marker = f"{LAUNCH_ID_VAR}={launch_id}".encode() + b"\0"
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
+def _marked_processes(launch_id: str) -> list:
+    """Live processes whose environment carries this launch's id (psutil: Linux, macOS, Windows)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
         try:
-            if marker in (entry / "environ").read_bytes() and int(entry.name) != os.getpid():
-                pids.append(int(entry.name))
-        except (OSError, ValueError):
+            if proc.pid != os.getpid() and proc.environ().get(LAUNCH_ID_VAR) == launch_id:
+                found.append(proc)
+        except (psutil.Error, OSError):  # gone, a zombie, or not ours to read
             continue
-    return pids
+    return found
 
 
-def _kill_marked(launch_id: str, sig=signal.SIGKILL) -> int:
+def _kill_marked(launch_id: str) -> int:
+    import psutil
+
     killed = 0
-    for pid in _marked_processes(launch_id):
+    for proc in _marked_processes(launch_id):
         try:
-            os.kill(pid, sig)
+            proc.kill()
             killed += 1
-        except ProcessLookupError:
+        except psutil.Error:
             pass
     return killed
 
@@ -483,6 +503,7 @@ def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: floa
         reader.start()
     result = LaunchResult(commands=commands, returncode=None, seconds=0.0)
     in_traceback = [False] * len(procs)
+    first_traceback_rank = None  # the first rank to print a traceback: the root cause
     open_streams = len(procs)
 
     def stop_all():
@@ -512,6 +533,8 @@ def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: floa
                 # torch prefixes a rank's own log records and tracebacks with "[rankN]:" too.
                 text = re.sub(rf"^\[rank{match.group(1)}\]: ?", "", match.group(2))
                 result.rank_lines.setdefault(int(match.group(1)), []).append(text)
+                if first_traceback_rank is None and text.startswith("Traceback (most recent"):
+                    first_traceback_rank = int(match.group(1))
                 shown = line
             else:
                 result.launcher_lines.append(line)
@@ -539,13 +562,8 @@ def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: floa
     result.seconds = time.monotonic() - start
 
     if not result.ok and not result.timed_out:
-        text = "\n".join(result.launcher_lines)
-        found = _ROOT_CAUSE_RANK.search(text[text.find("Root Cause"):]) if "Root Cause" in text else None
-        if found:
-            result.failed_rank = int(found.group(1))
-        else:  # no summary (e.g. torchrun itself was killed): the first rank with a traceback
-            result.failed_rank = next((r for r, ls in sorted(result.rank_lines.items())
-                                       if any(x.startswith("Traceback") for x in ls)), None)
+        # The rank that raised first: the others are stopped by torchrun after it, without one.
+        result.failed_rank = first_traceback_rank
         if result.failed_rank is not None:
             result.traceback = _extract_traceback(result.lines(result.failed_rank))
     if echo:
@@ -579,9 +597,7 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
         nproc_per_node = nproc_per_node or (tp_size or 1) * (fsdp_size or 1)
     plan = plan_processes(nproc_per_node, device)
     if tp_size is not None or fsdp_size is not None:
-        from trnlab.models import model_name
-        validate_parallel_sizes(plan.nproc_per_node, tp_size or 1, fsdp_size or 1,
-                                model_config=model if model is not None else model_name())
+        validate_parallel_sizes(plan.nproc_per_node, tp_size or 1, fsdp_size or 1, model_config=model)
     cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module)
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
@@ -636,7 +652,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 (multi-node)")
     parser.add_argument("--rdzv-backend", default="static", choices=["static", "c10d"])
     parser.add_argument("--slurm", action="store_true", help="print a Slurm batch script (implies --dry-run)")
-    parser.add_argument("--instance", default="trn2.48xlarge", choices=sorted(NEURON_CORES_PER_INSTANCE))
+    parser.add_argument("--instance", default="trn2.48xlarge",
+                        help="Trainium instance of every node, for --slurm (trn2/trn3; see python -m trnlab plan)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
@@ -645,8 +662,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.slurm:
             nproc = args.nproc_per_node
             if args.tp_size or args.fsdp_size:
-                per_node = nproc or NEURON_CORES_PER_INSTANCE[args.instance]
-                validate_parallel_sizes(per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1)
+                per_node = nproc or neuron_cores_per_node(args.instance)
+                validate_parallel_sizes(per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1,
+                                        model_config=args.model)
             print(slurm_script(args.script, args.script_args, nnodes=args.nnodes, instance=args.instance,
                                nproc_per_node=nproc), end="")
             return 0
@@ -654,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.nproc_per_node:
                 parser.error("a multi-node run needs --nproc-per-node (the processes on each node)")
             if args.tp_size or args.fsdp_size:
-                validate_parallel_sizes(args.nproc_per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1)
+                validate_parallel_sizes(args.nproc_per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1,
+                                        model_config=args.model)
             commands = multinode_commands(args.script, args.script_args, nnodes=args.nnodes,
                                           nproc_per_node=args.nproc_per_node,
                                           rdzv_endpoint=args.rdzv_endpoint or "NODE0_ADDRESS:29500",
@@ -669,12 +688,16 @@ def main(argv: list[str] | None = None) -> int:
                                             if args.tp_size or args.fsdp_size else None)
             plan = plan_processes(nproc)
             if args.tp_size or args.fsdp_size:
-                from trnlab.models import model_name
                 validate_parallel_sizes(plan.nproc_per_node, args.tp_size or 1, args.fsdp_size or 1,
-                                        model_config=args.model or model_name())
+                                        model_config=args.model)
             print(shlex.join(torchrun_command(args.script, args.script_args, nproc_per_node=plan.nproc_per_node,
                                               python="torchrun", tee=False)))
             print(f"# {plan}")
+            if args.tp_size or args.fsdp_size:
+                from trnlab.planning import format_plan, plan_memory
+
+                memory = plan_memory(args.model, args.tp_size or 1, args.fsdp_size or 1, workload="train")
+                print("# " + format_plan(memory).replace("\n", "\n# "))
             return 0
         result = launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
                         tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,

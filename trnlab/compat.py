@@ -1,0 +1,180 @@
+"""Every use of a library's private internals, in one place.
+
+trnlab counts compiled graphs, resets generate's compile state and reads Trainer's progress
+bar through attributes that torch, Transformers and Accelerate do not promise to keep. Each
+such touch is a small named function or constant here, and ``tests/test_compat.py`` checks
+that every one still exists in the installed versions: an upgrade that renames one fails
+that named test instead of silently counting zero graphs. No other trnlab module reaches
+into a private attribute.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# torch._dynamo: graph counts, compile time, recompile limit, reset
+# ---------------------------------------------------------------------------------------------
+
+#: How dynamo names the event when one function was recompiled too often.
+RECOMPILE_LIMIT_EVENT = "Dynamo recompile limit exceeded"
+#: The key of ``compilation_time_metrics`` that times each compile (tracing + backend).
+COMPILE_TIME_METRIC = "_compile.compile_inner"
+
+
+def dynamo_counters():
+    """``torch._dynamo.utils.counters``: dynamo's process-wide event counters."""
+    from torch._dynamo.utils import counters
+
+    return counters
+
+
+def dynamo_unique_graphs() -> int:
+    """Graphs dynamo has compiled in this process (``counters["stats"]["unique_graphs"]``)."""
+    return int(dynamo_counters()["stats"]["unique_graphs"])
+
+
+def dynamo_recompile_limit_hits() -> int:
+    """Times dynamo gave up on a function because it recompiled too often."""
+    unimplemented = dynamo_counters()["unimplemented"]
+    return int(sum(n for key, n in unimplemented.items() if key.startswith(RECOMPILE_LIMIT_EVENT)))
+
+
+def dynamo_compile_seconds() -> float:
+    """Seconds dynamo has spent compiling in this process (``compilation_time_metrics``)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return float(sum(compilation_time_metrics.get(COMPILE_TIME_METRIC, [])))
+
+
+def dynamo_reset() -> None:
+    """``torch._dynamo.reset()``: drop every compiled graph and guard of this process."""
+    torch._dynamo.reset()
+
+
+def dynamo_recompile_limit(limit: int):
+    """A context manager that sets dynamo's per-function recompile limit (8 by default)."""
+    return torch._dynamo.config.patch(recompile_limit=limit)
+
+
+def no_compile_caches():
+    """A context manager that turns off inductor's FX graph cache and the AOTAutograd cache,
+    so every graph really compiles (the training benchmark measures cold compiles)."""
+    import contextlib
+
+    import torch._functorch.config
+    import torch._inductor.config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers generate(): compile state kept on the model, compile on every device
+# ---------------------------------------------------------------------------------------------
+
+#: Attributes ``generate()`` caches on a model: the compiled forward, its config, and the
+#: largest static-cache length used so far (reused for shorter prompts).
+GENERATE_STATE_ATTRIBUTES = ("_compiled_call", "_last_compile_config", "_previous_max_cache_length")
+
+
+def forget_generate_state(model) -> None:
+    """Drop the compiled forward and cache length ``generate()`` keeps on ``model``."""
+    for name in GENERATE_STATE_ATTRIBUTES:
+        model.__dict__.pop(name, None)
+
+
+def generate_cache_length(model) -> int | None:
+    """The static-cache length ``generate()`` last used on ``model`` (``None`` before any)."""
+    return getattr(model, "_previous_max_cache_length", None)
+
+
+def compile_on_every_device(config) -> None:
+    """Let ``generate()`` auto-compile ``config`` on any device, CPU included.
+
+    ``_valid_auto_compile_criteria`` compiles only on cuda/xpu/neuron/tpu unless the config
+    has ``_compile_all_devices`` set; it is not a dataclass field, so it is set here.
+    """
+    config._compile_all_devices = True
+
+
+def attention_implementation(model) -> str | None:
+    """``model.config._attn_implementation`` ("eager", "sdpa", ...)."""
+    return getattr(model.config, "_attn_implementation", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer and Accelerate
+# ---------------------------------------------------------------------------------------------
+
+#: Accelerate reads this when the Trainer builds its TorchDynamoPlugin with ``dynamic`` unset.
+ACCELERATE_DYNAMIC_ENV_VAR = "ACCELERATE_DYNAMO_USE_DYNAMIC"
+
+#: Words of Accelerate's refusal of a load-time-sharded model on a device type it does not
+#: accept (``ParallelismConfig is only compatible DistributedType.FSDP ...``).
+ACCELERATE_PARALLELISM_REFUSAL = "ParallelismConfig"
+
+
+def is_parallelism_refusal(error: BaseException) -> bool:
+    """Whether ``error`` is Accelerate refusing a sharded model on this device type (MULTI_CPU)."""
+    return isinstance(error, ValueError) and ACCELERATE_PARALLELISM_REFUSAL in str(error)
+
+
+def trainer_dynamo_plugin(trainer):
+    """The ``TorchDynamoPlugin`` the Trainer's Accelerator compiles with."""
+    return trainer.accelerator.state.dynamo_plugin
+
+
+def notebook_progress_callback_class():
+    """Trainer's default progress callback class (``NotebookProgressCallback`` in Jupyter)."""
+    from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
+
+    return DEFAULT_PROGRESS_CALLBACK
+
+
+def hide_progress_table(progress_callback) -> None:
+    """Stop a ``NotebookProgressCallback`` from drawing its table of logged losses."""
+    progress_callback.training_tracker.inner_table = None
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.distributed: the model's mesh, strided shards, the private backend's name
+# ---------------------------------------------------------------------------------------------
+
+def model_device_mesh(model):
+    """The (pp, fsdp, tp) device mesh Transformers keeps on a sharded model (``_device_mesh``)."""
+    return getattr(model, "_device_mesh", None)
+
+
+def strided_shard_class():
+    """``torch.distributed.tensor.placement_types._StridedShard`` (FSDP sharding a TP-split dim)."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return _StridedShard
+
+
+def privateuse1_backend_name() -> str:
+    """The name of PyTorch's out-of-tree device backend ("privateuseone", or "neuron" once renamed)."""
+    return torch._C._get_privateuse1_backend_name()
+
+
+#: Every private name above, as (what, how to find it): ``tests/test_compat.py`` checks each.
+INTERNALS = {
+    "dynamo counters": "torch._dynamo.utils.counters",
+    "dynamo compile time": "torch._dynamo.utils.compilation_time_metrics",
+    "dynamo reset": "torch._dynamo.reset",
+    "dynamo recompile_limit": "torch._dynamo.config.recompile_limit",
+    "inductor fx_graph_cache": "torch._inductor.config.fx_graph_cache",
+    "AOTAutograd cache": "torch._functorch.config.enable_autograd_cache",
+    "generate compile state": "GenerationMixin attributes " + ", ".join(GENERATE_STATE_ATTRIBUTES),
+    "compile on every device": "CompileConfig._compile_all_devices",
+    "attention implementation": "PretrainedConfig._attn_implementation",
+    "progress callback": "transformers.trainer.DEFAULT_PROGRESS_CALLBACK",
+    "progress table": "NotebookProgressCallback.training_tracker.inner_table",
+    "dynamo plugin": "Trainer.accelerator.state.dynamo_plugin",
+    "model mesh": "PreTrainedModel._device_mesh",
+    "strided shard": "torch.distributed.tensor.placement_types._StridedShard",
+    "privateuse1 name": "torch._C._get_privateuse1_backend_name",
+}

@@ -1,0 +1,463 @@
+"""A SIMULATED Neuron device: watch the real libraries take their Neuron branches, without Trainium.
+
+:func:`simulate_neuron` makes this process look like a trn2 instance with ``cores`` logical
+NeuronCores *for the libraries' decisions only*. It registers a ``torch.neuron`` device module
+the way TorchNeuron does (``torch.utils.rename_privateuse1_backend("neuron")`` plus a
+``torch.neuron`` module whose ``is_available()`` is ``device_count() > 0``), puts a stand-in
+``torch_neuronx`` in ``sys.modules`` (Transformers and Accelerate look for it with
+``importlib.util.find_spec``), hides CUDA (a trn2 instance has none) and clears the answers the
+libraries cached. Inside it, the unmodified Transformers and Accelerate code answers as on
+Trainium: ``TrainingArguments`` picks ``neuron:0`` and the ``"neuron"`` compile backend,
+Accelerate's ``PartialState`` picks the ``neuron`` device, generate accepts a ``neuron`` model
+for auto-compilation, and ``device_map="auto"`` still loads on CPU (the page's pitfall).
+
+What it is NOT: a Neuron device. No tensor can be placed on it (PyTorch's private backend has
+no kernels here: ``torch.zeros(1, device="neuron")`` raises), nothing is compiled for it and
+nothing is measured on it. The helpers below show *decisions*, never speed or numbers. Every
+object and line it produces says SIMULATED.
+
+One thing cannot be undone: PyTorch allows renaming its private backend once per process. After
+the first simulation ``torch.device("neuron")`` stays a valid device name,
+``torch.accelerator.current_accelerator()`` keeps answering ``device(type='neuron')``, and
+``torch.neuron`` stays a module with no device (``device_count() == 0``; PyTorch needs the module
+after the rename), so ``torch.accelerator.is_available()`` and every library say "no Neuron"
+again. Everything else is restored on exit. PyTorch puts a renamed private backend before CUDA,
+so on a GPU machine ``torch.accelerator`` then stops seeing the GPU for the rest of the process
+(``torch.cuda`` still works): :func:`simulated_decisions` therefore asks in a subprocess by default.
+
+The claim helpers (``claim_*``) each run one real library call inside a simulation and return a
+:class:`SimulatedDecision` whose text is the same on every machine (CPU or CUDA, float32 or
+bfloat16): the notebooks print them in checked cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import sys
+import tempfile
+import types
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = [
+    "CLAIMS",
+    "SIMULATION_NOTICE",
+    "SimulatedDecision",
+    "SimulatedNeuronModule",
+    "claim_device_map_auto",
+    "claim_generate_auto_compile",
+    "claim_neuron_device",
+    "claim_torch_compile_backend",
+    "claim_training_device",
+    "reporting_device",
+    "simulate_neuron",
+    "simulated_decisions",
+    "simulation_active",
+]
+
+# =============================================================================================
+# PRIVATE INTERNALS of torch, Transformers and Accelerate: every touch is here, nowhere else.
+# (To move to trnlab/compat.py, with a test that notices when an upgrade renames one.)
+# =============================================================================================
+
+#: lru_cache'd library functions whose answer depends on ``torch.neuron`` / CUDA: (module, name).
+#: Transformers caches ``is_torch_neuron_available`` (read by TrainingArguments for the device and
+#: the compile backend) and ``is_torch_bf16_gpu_available`` (read by ``bf16=True`` validation);
+#: Accelerate caches ``is_neuron_available`` (read by PartialState, launch, seeding, ...).
+_CACHED_DETECTIONS = (
+    ("transformers.utils.import_utils", "is_torch_neuron_available"),
+    ("transformers.utils.import_utils", "is_torch_bf16_gpu_available"),
+    ("accelerate.utils.imports", "is_neuron_available"),
+)
+
+
+def _privateuse1_backend_name() -> str:
+    """``torch._C._get_privateuse1_backend_name()``: "privateuseone" until a backend renames it."""
+    return torch._C._get_privateuse1_backend_name()
+
+
+def _register_device_module(name: str, module: types.ModuleType) -> None:
+    """``torch._register_device_module``: how out-of-tree backends install ``torch.<name>``."""
+    torch._register_device_module(name, module)
+
+
+def _clear_detection_caches() -> None:
+    """Forget the cached Neuron/bf16 answers of Transformers and Accelerate (``cache_clear()``
+    of the lru_caches in :data:`_CACHED_DETECTIONS`; modules not imported yet cache nothing), and
+    torch's ``functools.cache`` of ``torch.get_device_module``, through which ``torch.accelerator``
+    reaches ``torch.neuron`` (without this it keeps asking the module it saw first)."""
+    torch.get_device_module.cache_clear()
+    for module_name, function_name in _CACHED_DETECTIONS:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            getattr(module, function_name).cache_clear()
+
+
+def _accelerate_shared_states() -> list[dict]:
+    """The Borg dicts behind Accelerate's singletons (``PartialState._shared_state``,
+    ``AcceleratorState._shared_state``): they remember the device chosen first in the process.
+    Empty when Accelerate's state module is not imported yet."""
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return []
+    return [state.PartialState._shared_state, state.AcceleratorState._shared_state]
+
+
+def _valid_auto_compile_criteria(model, model_kwargs: dict, generation_config) -> bool:
+    """``GenerationMixin._valid_auto_compile_criteria``: whether generate() will compile the forward."""
+    return bool(model._valid_auto_compile_criteria(model_kwargs, generation_config))
+
+
+def _default_compile_config(model):
+    """``PreTrainedModel._default_compile_config()``: the CompileConfig generate uses by default."""
+    return model._default_compile_config()
+
+
+# =============================================================================================
+# The simulated device module
+# =============================================================================================
+
+SIMULATION_NOTICE = ("SIMULATED Neuron device (trnlab.simulate_neuron): torch.neuron reports {cores} "
+                     "NeuronCore(s) for the libraries' decisions only; no Trainium here, nothing runs "
+                     "on it, nothing is measured.")
+
+_SIMULATED_VERSION = "0.0.0+simulated"
+_MISSING = object()
+
+
+class SimulatedNeuronModule(types.ModuleType):
+    """``torch.neuron`` as TorchNeuron registers it on a trn2 instance, SIMULATED by trnlab.
+
+    Answers the questions libraries ask to *decide* (is there a device, how many, bf16, which
+    is current) and nothing else: it has no memory, stream or compile functions, and no tensor
+    can live on its device. ``cores=0`` is what stays behind after a simulation ends.
+    """
+
+    simulated = True
+
+    def __init__(self, cores: int = 4, bf16: bool = True):
+        super().__init__("torch.neuron", "torch.neuron SIMULATED by trnlab: no Trainium here.")
+        if cores < 0:
+            raise ValueError(f"cores must be >= 0, got {cores}")
+        self.cores, self.bf16 = int(cores), bool(bf16)
+        self._current = 0
+        self.seed = None
+
+    def __repr__(self) -> str:
+        if self.cores:
+            return (f"<module 'torch.neuron' (SIMULATED by trnlab: {self.cores} NeuronCore(s) that "
+                    "do not exist, no Trainium here)>")
+        return ("<module 'torch.neuron' (left by trnlab.simulate_neuron: no device; PyTorch's "
+                "backend rename cannot be undone)>")
+
+    @property
+    def count(self) -> int:
+        """Alias of ``cores`` (the tests' old fake device used this name)."""
+        return self.cores
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self.cores = int(value)
+
+    # --- what TorchNeuron's module answers -------------------------------------------------
+    def device_count(self) -> int:
+        return self.cores
+
+    def is_available(self) -> bool:
+        return self.device_count() > 0
+
+    def is_bf16_supported(self) -> bool:
+        return self.bf16 and self.is_available()
+
+    def current_device(self) -> int:
+        return self._current
+
+    def set_device(self, device) -> None:
+        index = device if isinstance(device, int) else torch.device(device).index or 0
+        if not 0 <= index < self.cores:
+            raise RuntimeError(f"simulated neuron:{index} does not exist: {self.cores} NeuronCore(s)")
+        self._current = index
+
+    def get_device_name(self, device=None) -> str:
+        return "NeuronCore-v3 (SIMULATED by trnlab)"
+
+    # torch.manual_seed seeds every registered device module through these two.
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed(self, seed: int) -> None:
+        self.seed = int(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.seed = int(seed)
+
+
+def _simulated_torch_neuronx() -> types.ModuleType:
+    module = types.ModuleType("torch_neuronx", "torch_neuronx SIMULATED by trnlab: not installed here.")
+    module.__spec__ = importlib.machinery.ModuleSpec("torch_neuronx", None)  # find_spec() needs one
+    module.__version__ = _SIMULATED_VERSION
+    module.simulated = True
+    return module
+
+
+def simulation_active() -> bool:
+    """True inside :func:`simulate_neuron` (``torch.neuron`` is a simulated module with cores)."""
+    module = getattr(torch, "neuron", None)
+    return bool(getattr(module, "simulated", False) and module.cores > 0)
+
+
+@contextlib.contextmanager
+def simulate_neuron(cores: int = 4, bf16: bool = True, notice: bool = True, hide_cuda: bool = True):
+    """Make this process look like a trn2 instance with ``cores`` NeuronCores, for decisions only.
+
+    Yields the :class:`SimulatedNeuronModule` installed as ``torch.neuron``. ``notice`` prints
+    the one-line :data:`SIMULATION_NOTICE` on entry. ``hide_cuda`` makes ``torch.cuda`` report no
+    GPU inside (a trn2 instance has none; otherwise Accelerate would pick CUDA first). Nothing
+    can run on the simulated device: see the module docstring. On exit everything is restored,
+    except what PyTorch cannot undo (the backend name; ``torch.neuron`` then has 0 cores).
+    """
+    name = _privateuse1_backend_name()
+    if name not in ("privateuseone", "neuron"):
+        raise RuntimeError(f"PyTorch's private backend is already named {name!r} in this process; "
+                           "it can be renamed only once, so Neuron cannot be simulated here.")
+    module = SimulatedNeuronModule(cores, bf16)
+    saved_attr = torch.__dict__.get("neuron", _MISSING)
+    saved_modules = {key: sys.modules.get(key, _MISSING) for key in ("torch.neuron", "torch_neuronx")}
+    saved_states = [(state, dict(state)) for state in _accelerate_shared_states()]
+    saved_cuda = (torch.cuda.is_available, torch.cuda.device_count)
+    active = [True]
+
+    if name != "neuron":
+        torch.utils.rename_privateuse1_backend("neuron")
+    if saved_attr is _MISSING:
+        _register_device_module("neuron", module)  # sets torch.neuron and sys.modules["torch.neuron"]
+    else:
+        torch.neuron = module
+        sys.modules["torch.neuron"] = module
+    sys.modules["torch_neuronx"] = _simulated_torch_neuronx()
+    if hide_cuda:
+        # These answer "no GPU" only while this simulation is active, so a monkeypatch that
+        # recorded them and restores them after the exit cannot leave CUDA hidden.
+        real_available, real_count = saved_cuda
+        torch.cuda.is_available = lambda: False if active[0] else real_available()
+        torch.cuda.device_count = lambda: 0 if active[0] else real_count()
+    for state, _ in saved_states:
+        state.clear()  # let Accelerate choose its device afresh, on the simulated instance
+    _clear_detection_caches()
+    if notice:
+        print(SIMULATION_NOTICE.format(cores=cores))
+    try:
+        yield module
+    finally:
+        active[0] = False
+        torch.cuda.is_available, torch.cuda.device_count = saved_cuda
+        # PyTorch needs a torch.neuron after the rename: leave one without devices.
+        leftover = SimulatedNeuronModule(cores=0) if saved_attr is _MISSING else saved_attr
+        torch.neuron = leftover
+        for key, value in saved_modules.items():
+            if value is not _MISSING:
+                sys.modules[key] = value
+            elif key == "torch.neuron":
+                sys.modules[key] = leftover
+            else:
+                sys.modules.pop(key, None)
+        for state in _accelerate_shared_states():
+            state.clear()
+        for state, snapshot in saved_states:
+            state.update(snapshot)
+        _clear_detection_caches()
+
+
+# =============================================================================================
+# One helper per claim of the page: the real libraries' answers inside a simulation
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class SimulatedDecision:
+    """What the real library decided inside :func:`simulate_neuron`: printable, deterministic."""
+
+    claim: int
+    question: str
+    answer: str
+    values: dict = field(default_factory=dict, compare=False)
+    simulated: bool = True
+
+    def __str__(self) -> str:
+        return f"SIMULATED claim {self.claim}: {self.question} -> {self.answer}"
+
+
+class reporting_device:
+    """Context manager: ``model.device`` reports ``device`` (e.g. ``"neuron:0"``) while its
+    weights stay where they are. Generate's compile decision reads only ``model.device``, so this
+    shows that decision honestly; running the model still uses the real (CPU) weights."""
+
+    def __init__(self, model, device):
+        self.model, self.device = model, torch.device(device)
+
+    def __enter__(self):
+        self._class = type(self.model)
+        reported = self.device
+        self.model.__class__ = type(f"{self._class.__name__}ReportingSimulated{reported.type.title()}",
+                                    (self._class,),
+                                    {"device": property(lambda _: reported), "simulated": True})
+        return self.model
+
+    def __exit__(self, *exc):
+        self.model.__class__ = self._class
+        return False
+
+
+def _bundled_model(device_map=None):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from trnlab.assets import BUNDLED_MODEL_DIR
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        kwargs = {} if device_map is None else {"device_map": device_map}
+        return AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, dtype=torch.float32, **kwargs).eval()
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def claim_neuron_device(cores: int = 4) -> SimulatedDecision:
+    """Claim 1: ``torch.neuron.is_available(), torch.neuron.device_count()`` print ``True 4``."""
+    with simulate_neuron(cores, notice=False):
+        available, count = torch.neuron.is_available(), torch.neuron.device_count()
+        accelerator = torch.accelerator.current_accelerator()
+        values = {"is_available": available, "device_count": count,
+                  "accelerator": str(accelerator), "accelerator_count": torch.accelerator.device_count()}
+    return SimulatedDecision(1, "torch.neuron.is_available(), torch.neuron.device_count()",
+                             f"{available} {count}", values)
+
+
+def claim_device_map_auto() -> SimulatedDecision:
+    """Claim 3: ``from_pretrained(..., device_map="auto")`` loads the bundled model on CPU even on
+    Neuron; :func:`trnlab.device.resolve_device_map` turns ``"auto"`` into ``"neuron"`` (with its
+    warning). The model is really loaded (on CPU); nothing is loaded onto the simulated device."""
+    from trnlab.device import resolve_device_map
+
+    with simulate_neuron(notice=False):
+        model = _bundled_model(device_map="auto")
+        landed = str(model.device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fixed = resolve_device_map("auto")
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    values = {"auto_lands_on": landed, "hf_device_map": dict(getattr(model, "hf_device_map", {}) or {}),
+              "resolve_device_map": fixed, "warning": said[0] if said else None}
+    return SimulatedDecision(3, 'from_pretrained(device_map="auto").device; trnlab.resolve_device_map("auto")',
+                             f"{landed}; {fixed!r} (warns: device_map='auto' does not see Neuron)"
+                             if said else f"{landed}; {fixed!r}", values)
+
+
+def _training_arguments(**kwargs):
+    from transformers import TrainingArguments
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # e.g. "speedups for torchdynamo mostly come with GPU Ampere"
+    try:
+        with tempfile.TemporaryDirectory() as output_dir:
+            args = TrainingArguments(output_dir=output_dir, report_to="none", **kwargs)
+            _ = args.device  # chooses the device now, inside the simulation
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return args
+
+
+def claim_training_device() -> SimulatedDecision:
+    """Claim 7: ``TrainingArguments`` chooses ``neuron:0`` by itself; ``bf16`` stays False
+    (every Trainium generation supports bf16, but the course must pass ``bf16=True``)."""
+    with simulate_neuron(notice=False):
+        args = _training_arguments()
+        device, bf16, n_gpu = str(args.device), args.bf16, args.n_gpu
+        bf16_ok = bool(_training_arguments(bf16=True).bf16)  # bf16=True is accepted on Neuron
+    values = {"device": device, "bf16": bf16, "bf16_accepted": bf16_ok, "n_gpu": n_gpu}
+    return SimulatedDecision(7, "TrainingArguments(output_dir).device, .bf16",
+                             f"{device}, bf16={bf16} (bf16=True accepted: {bf16_ok})", values)
+
+
+def claim_torch_compile_backend() -> SimulatedDecision:
+    """Claim 8: ``TrainingArguments(torch_compile=True)`` sets ``torch_compile_backend="neuron"``."""
+    with simulate_neuron(notice=False):
+        backend = _training_arguments(torch_compile=True).torch_compile_backend
+    return SimulatedDecision(8, "TrainingArguments(torch_compile=True).torch_compile_backend",
+                             repr(backend), {"torch_compile_backend": backend})
+
+
+def claim_generate_auto_compile(model=None) -> SimulatedDecision:
+    """Claim 6: generate compiles the forward by itself on ``neuron`` with a static cache.
+
+    Calls the real ``_valid_auto_compile_criteria`` with a StaticCache on the bundled model
+    (loaded on CPU unless given), once as it is (cpu) and once while its ``.device`` reports
+    ``neuron:0`` (:class:`reporting_device`; its weights stay on CPU). Also asks with a
+    DynamicCache and with ``disable_compile=True``, and the default CompileConfig on neuron.
+    """
+    from transformers import DynamicCache, GenerationConfig, StaticCache
+
+    model = model if model is not None else _bundled_model()
+    config = GenerationConfig(cache_implementation="static")
+    static = {"cache": StaticCache(config=model.config, max_cache_len=32)}
+    dynamic = {"cache": DynamicCache(config=model.config)}
+    values = {"cpu": _valid_auto_compile_criteria(model, static, config)}
+    with simulate_neuron(notice=False), reporting_device(model, "neuron:0"):
+        values["neuron"] = _valid_auto_compile_criteria(model, static, config)
+        values["neuron_dynamic_cache"] = _valid_auto_compile_criteria(model, dynamic, config)
+        values["neuron_disable_compile"] = _valid_auto_compile_criteria(
+            model, static, GenerationConfig(cache_implementation="static", disable_compile=True))
+        default = _default_compile_config(model)
+    values["compile_config"] = {"backend": default.backend, "dynamic": default.dynamic, "mode": default.mode}
+    answer = (f"neuron {values['neuron']} (cpu {values['cpu']}; neuron with DynamicCache "
+              f"{values['neuron_dynamic_cache']}; disable_compile=True {values['neuron_disable_compile']}); "
+              f"CompileConfig(backend={default.backend!r}, dynamic={default.dynamic}, mode={default.mode!r})")
+    return SimulatedDecision(6, "generate auto-compiles with cache_implementation='static'", answer, values)
+
+
+CLAIMS = {1: claim_neuron_device, 3: claim_device_map_auto, 6: claim_generate_auto_compile,
+          7: claim_training_device, 8: claim_torch_compile_backend}
+
+
+def simulated_decisions(claims=tuple(CLAIMS), isolated: bool = True) -> dict[int, SimulatedDecision]:
+    """The claim helpers' decisions, by claim number (default: all of 1, 3, 6, 7 and 8).
+
+    ``isolated=True`` (the default, for notebooks) asks them in a fresh Python process, so this
+    process never renames PyTorch's private backend: after a rename ``torch.accelerator`` reports
+    ``neuron`` (with no device) for the rest of the process, even on a CUDA machine, where
+    DataLoader pinning, ``torch.random.fork_rng`` and dynamo's autocast state then stop seeing
+    the GPU. ``isolated=False`` runs them here.
+    """
+    claims = [int(c) for c in claims]
+    unknown = sorted(set(claims) - set(CLAIMS))
+    if unknown:
+        raise ValueError(f"no simulated decision for claim(s) {unknown}: choose from {sorted(CLAIMS)}")
+    if not isolated:
+        return {c: CLAIMS[c]() for c in claims}
+    import json
+    import subprocess
+
+    code = "import sys; from trnlab.simulate import _main; sys.exit(_main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, *map(str, claims)], capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the simulated decisions failed in their subprocess:\n{done.stderr[-3000:]}")
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    return {row["claim"]: SimulatedDecision(**row) for row in rows}
+
+
+def _main(argv=None) -> int:
+    """``python -c 'from trnlab.simulate import _main; _main()' 1 3``: the decisions as one JSON line."""
+    import json
+    from dataclasses import asdict
+
+    claims = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or list(CLAIMS)
+    decisions = simulated_decisions(claims, isolated=False)
+    print(json.dumps([asdict(decisions[c]) for c in claims]))
+    return 0
