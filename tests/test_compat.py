@@ -40,8 +40,9 @@ def test_dynamo_counters_count_a_compiled_graph():
     torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
     assert compat.dynamo_unique_graphs() == before + 1
     assert compat.dynamo_compile_seconds() > seconds
-    assert compat.COMPILE_TIME_METRIC in __import__("torch._dynamo.utils").\
-        _dynamo.utils.compilation_time_metrics
+    from torch._dynamo.utils import compilation_time_metrics
+
+    assert compat.COMPILE_TIME_METRIC in compilation_time_metrics
     assert compat.dynamo_recompile_limit_hits() >= 0
 
 
@@ -59,14 +60,16 @@ def test_generate_keeps_the_state_trnlab_forgets():
     from trnlab import load_model
 
     model = load_model(device="cpu")
-    config = __import__("transformers").CompileConfig(backend="eager", dynamic=False)
+    from transformers import CompileConfig
+
+    config = CompileConfig(backend="eager", dynamic=False)
     compat.compile_on_every_device(config)
     ids = torch.tensor([[5, 6, 7]])
     model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
                    cache_implementation="static", compile_config=config)
     for name in compat.GENERATE_STATE_ATTRIBUTES:
         assert name in model.__dict__, f"generate() no longer keeps {name}: update trnlab.compat"
-    assert compat.generate_cache_length(model) == 3 + 2 - 1 + 1 or compat.generate_cache_length(model) >= 4
+    assert compat.generate_cache_length(model) == 3 + 2 - 1  # max_length - 1: prompt + new tokens - 1
     compat.forget_generate_state(model)
     assert not any(name in model.__dict__ for name in compat.GENERATE_STATE_ATTRIBUTES)
     assert compat.attention_implementation(model) in ("eager", "sdpa")

@@ -4,7 +4,6 @@ the bucket chooser and the workload harness."""
 import itertools
 import random
 import types
-import warnings
 
 import pytest
 import torch

@@ -63,7 +63,7 @@ def test_torchrun_command_for_this_machine_from_one_node_up():
     assert trnlab.multinode_commands("train.py", nnodes=1, nproc_per_node=2) == [
         trnlab.torchrun_command("train.py", nproc_per_node=2, python="torchrun", tee=False)]
     two = trnlab.multinode_commands("train.py", nnodes=2, nproc_per_node=4, rdzv_endpoint="10.0.0.1:29500")
-    assert [c[c.index("--node-rank=0") if "--node-rank=0" in c else 0] for c in two][0] == "--node-rank=0"
+    assert [next(a for a in c if a.startswith("--node-rank=")) for c in two] == ["--node-rank=0", "--node-rank=1"]
     try:
         trnlab.multinode_commands("train.py", nnodes=2, nproc_per_node=4)
     except trnlab.LaunchConfigError as error:

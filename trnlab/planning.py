@@ -1015,18 +1015,11 @@ def plan_mesh(config=None, instance="trn2.48xlarge", workload: str = "inference"
     best = min(fitting, key=lambda c: c.tp_size)
     reason = _reason(best, cands, inst, budget, workload_key)
     if workload_key == "inference":
-        alone = []
-        for tp in _divisors(inst.cores_per_host):
-            try:
-                validate_parallel_sizes(tp, tp, 1, model_config=config)
-            except LaunchConfigError:
-                continue
-            replica = plan_memory(config, tp, 1, workload="inference", **mem_kwargs)
-            if replica.fits(inst.hbm_per_core, headroom):
-                alone.append((tp, replica))
-                break
+        replicas = ((tp, plan_memory(config, tp, 1, workload="inference", **mem_kwargs))
+                    for tp in _head_ok_tps(config, inst))
+        alone = next(((tp, r) for tp, r in replicas if r.fits(inst.hbm_per_core, headroom)), None)
         if alone:
-            tp, replica = alone[0]
+            tp, replica = alone
             reason += (f" For serving, FSDP all-gathers every layer on every forward (each new token): "
                        f"the model also fits tp={tp} without FSDP ({replica.total / GiB:.2f} GiB per core), "
                        f"so {inst.logical_cores * nodes // tp} independent replicas of DistributedConfig(tp_size={tp}) "
