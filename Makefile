@@ -102,7 +102,7 @@ browser-deps: setup
 	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
 
 test: setup browser-deps
-	$(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider
+	$(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider --durations=10
 
 # Re-execute every notebook in place, so the committed outputs are true; then normalize them
 # (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.

@@ -57,3 +57,18 @@ def test_tracker_reports_when_dynamo_gives_up_recompiling():
     with CompileTracker() as quiet:
         pass
     assert quiet.recompile_limit_hits == 0 and "recompile limit" not in quiet.summary()
+
+
+def test_fresh_neff_cache_points_neuron_at_an_empty_folder_and_restores(monkeypatch):
+    import os
+
+    import trnlab
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache")
+    with trnlab.fresh_neff_cache() as folder:
+        assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == folder and os.listdir(folder) == []
+        open(os.path.join(folder, "graph.neff"), "w").close()
+    assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == "/tmp/neff_cache" and not os.path.exists(folder)
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR")
+    with trnlab.fresh_neff_cache(enabled=False) as nothing:
+        assert nothing is None and "TORCH_NEURONX_NEFF_CACHE_DIR" not in os.environ

@@ -56,7 +56,7 @@ GROUPS: dict[str, dict[str, str]] = {
     },
     "Compile, count graphs, bucket shapes (notebook 03)": {
         "compile_backend": "compile_tracking", "generation_compile_config": "compile_tracking",
-        "CompileTracker": "compile_tracking", "forget_compiled_graphs": "compile_tracking",
+        "CompileTracker": "compile_tracking", "forget_compiled_graphs": "compile_tracking", "fresh_neff_cache": "compile_tracking",
         "graphs_compiled": "compile_tracking",
         "ShapeBuckets": "buckets", "PromptTooLongError": "buckets", "bucket_for": "buckets",
         "bucket_pad_tokens": "buckets", "choose_buckets": "buckets", "padding_by_bucket_count": "buckets",

@@ -62,6 +62,39 @@ def forget_compiled_graphs(model=None) -> None:
 
 
 @contextmanager
+def fresh_neff_cache(enabled: bool = True):
+    """Compile into an empty NEFF cache inside the block, so a re-run shows the compile time again.
+
+    TorchNeuron caches compiled graphs (NEFFs) on disk in ``TORCH_NEURONX_NEFF_CACHE_DIR``
+    (default ``/tmp/neff_cache``): a second run of an experiment would load them and hide the
+    compile time it is meant to show. Inside the block the variable points at a new temporary
+    folder, removed at the end; the previous value is restored. Yields the folder (``None``
+    when ``enabled`` is False). Off Trainium it changes nothing that runs, and is harmless.
+    Notebooks 03 and 04 wrap their compile-cost experiments in it.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    from trnlab.device import NEFF_CACHE_VAR
+
+    if not enabled:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="trnlab-neff-")
+    previous = os.environ.get(NEFF_CACHE_VAR)
+    os.environ[NEFF_CACHE_VAR] = folder
+    try:
+        yield folder
+    finally:
+        if previous is None:
+            os.environ.pop(NEFF_CACHE_VAR, None)
+        else:
+            os.environ[NEFF_CACHE_VAR] = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
 def recompile_limit(limit: int | None):
     """Raise dynamo's limit of graphs per function (8) inside the block; ``None`` changes nothing.
 

@@ -29,7 +29,8 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from trnlab import compat
-from trnlab.compile_tracking import CompileTracker, compile_backend as pick_compile_backend, forget_compiled_graphs
+from trnlab.compile_tracking import (CompileTracker, compile_backend as pick_compile_backend, forget_compiled_graphs,
+                                     fresh_neff_cache)
 from trnlab.device import bf16_supported
 
 
@@ -511,7 +512,8 @@ def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output
     (checked against ``model.config.max_position_embeddings``). The Trainer is built by
     :func:`make_trainer` (static shapes) with a :class:`TrainingRecorder`, whose
     :meth:`~TrainingRecorder.summary` gives the figures of notebook 04's table. With
-    ``cold_start`` every compiled graph is forgotten first (:func:`trnlab.forget_compiled_graphs`). The same
+    ``cold_start`` every compiled graph is forgotten first (:func:`trnlab.forget_compiled_graphs`),
+    and on Neuron it trains into an empty NEFF cache (:func:`trnlab.fresh_neff_cache`). The same
     call with ``resume_from_checkpoint`` (see :func:`last_checkpoint`) resumes a run it started.
     Extra keyword arguments go to :func:`training_arguments` (e.g. ``save_steps``, ``disable_tqdm``).
     """
@@ -526,5 +528,7 @@ def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output
     if cold_start:
         forget_compiled_graphs()
     trainer = make_trainer(model, args, dataset, collator, callbacks=[recorder, *callbacks])
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    # On Neuron a cold start also means an empty NEFF cache, or the disk cache hides the compile time.
+    with fresh_neff_cache(cold_start and torch.device(device).type == "neuron"):
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return trainer, recorder

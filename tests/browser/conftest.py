@@ -105,6 +105,11 @@ class Lab:
                    PYTHONUNBUFFERED="1")
         for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
             env.pop(key, None)
+        # JupyterLab 4 renders only the cells in view (windowing); render them all, so that
+        # counting the outputs on the page does not depend on the window's height.
+        tracker = base / "user-settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+        tracker.parent.mkdir(parents=True, exist_ok=True)
+        tracker.write_text('{"windowingMode": "none"}\n')
         self.log_file = open(self.log, "w")
         # Its own process group (session), so that stopping it cannot hit pytest.
         self.proc = subprocess.Popen(["bash", "-c", self.command], cwd=ROOT, env=env,
