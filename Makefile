@@ -103,6 +103,8 @@ browser-deps: setup
 
 test: setup browser-deps
 	$(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider --durations=10
+	@echo "make test: the notebooks again in bfloat16 (TRNLAB_DTYPE=bfloat16), Trainium's numerics"
+	TRNLAB_DTYPE=bfloat16 $(BIN)/python -m pytest -p trnlab.pytest_plugin notebooks --nbval-lax -p no:cacheprovider
 
 # Re-execute every notebook in place, so the committed outputs are true; then normalize them
 # (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.

@@ -368,3 +368,9 @@ def test_empty_buckets_are_refused_the_same_way_everywhere():
                  lambda: trnlab.ShapeBuckets([], 4)):
         with pytest.raises(ValueError, match="buckets is empty: pass at least one length"):
             call()
+
+
+def test_first_sentence_keeps_the_stated_fact():
+    assert trnlab.first_sentence(" that butter must be churned. Inspectors visit") == "that butter must be churned."
+    assert trnlab.first_sentence("Is it? Yes.") == "Is it?"
+    assert trnlab.first_sentence("no end here ") == "no end here"

@@ -51,7 +51,7 @@ GROUPS: dict[str, dict[str, str]] = {
     },
     "Generate on an explicit device (notebook 02)": {
         "prompt_token_ids": "generation", "tokenize_batch": "generation", "show_padding": "generation",
-        "generate_batch": "generation", "record_forward_inputs": "generation",
+        "generate_batch": "generation", "first_sentence": "generation", "record_forward_inputs": "generation",
         "format_forward_calls": "generation", "moved_to_model_device": "generation",
     },
     "Compile, count graphs, bucket shapes (notebook 03)": {

@@ -242,6 +242,18 @@ def generate_batch(model, tokenizer, prompts: Prompts, padding_side: str = "left
     return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
+def first_sentence(text: str) -> str:
+    """``text`` up to and including its first ``.``, ``!`` or ``?`` (all of it if it has none), stripped.
+
+    Greedy continuations agree in float32 and bfloat16 only as long as each step's best token
+    beats the next by more than bf16's rounding; later tokens of a long continuation can flip.
+    Notebook 04 checks the first sentence, the fact the model states, on every dtype and device.
+    """
+    text = text.strip()
+    ends = [i for i in (text.find(mark) for mark in ".!?") if i >= 0]
+    return text[: min(ends) + 1] if ends else text
+
+
 # --------------------------------------------------------------------------------------------
 # Notebook 03: generation through shape buckets
 # --------------------------------------------------------------------------------------------
