@@ -129,3 +129,18 @@ def test_no_other_trnlab_module_reaches_into_private_torch_or_transformers():
                  for n, line in enumerate(p.read_text().splitlines(), 1)
                  if private.search(line) and "``" not in line and not line.lstrip().startswith("#")]
     assert not offenders, f"move these private touches into trnlab/compat.py: {offenders}"
+
+
+def test_cpu_mesh_shim_changes_only_the_multi_device_check_and_restores_it():
+    import inspect
+
+    from accelerate import Accelerator
+    from accelerate.parallelism_config import ParallelismConfig
+
+    original = Accelerator.__dict__["multi_device"]
+    assert isinstance(original, property), "Accelerator.multi_device is no longer a property: update compat"
+    assert "multi_device" in inspect.getsource(ParallelismConfig._validate_accelerator), (
+        "Accelerate's ParallelismConfig check no longer reads multi_device: update compat.cpu_mesh_as_multi_device")
+    with compat.cpu_mesh_as_multi_device():
+        assert Accelerator.__dict__["multi_device"] is not original
+    assert Accelerator.__dict__["multi_device"] is original

@@ -134,3 +134,36 @@ def test_doctor_cli_fails_with_reason():
     assert "[FAIL] device: TRNLAB_DEVICE=neuron" in done.stdout
     assert "[FAIL] model: no model folder at /nonexistent/model" in done.stdout
     assert "cannot run here: fix device, model" in done.stdout
+
+
+NEURON_LS_WITH_PROCESSES = """\
++--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
+| NEURON | NEURON | NEURON | CONNECTED |     PCI      |  PID  |          COMMAND           | RUNTIME |
+| DEVICE | CORES  | MEMORY |  DEVICES  |     BDF      |       |                            | VERSION |
++--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
+| 0      | 8      | 96 GB  | 1         | 0000:00:1c.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
+|        |        |        |           |              | 4343  | python train.py            | 2.29.0  |
++--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
+| 1      | 8      | 96 GB  | 0         | 0000:00:1d.0 |       |                            |         |
++--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
+"""
+
+
+def test_neuron_core_holders_reads_the_pid_column():
+    assert dev.neuron_core_holders(NEURON_LS_WITH_PROCESSES) == [
+        (4242, "python -m ipykernel_launcher"), (4343, "python train.py")]
+    assert dev.neuron_core_holders(NEURON_LS_WITH_PROCESSES, ignore_pids=(4242,)) == [(4343, "python train.py")]
+    assert dev.neuron_core_holders("| NEURON | CORES |\n| 0 | 8 |") == []  # no PID column
+    assert dev.neuron_core_holders(None) == []
+
+
+def test_doctor_names_the_process_that_holds_the_cores():
+    from trnlab import doctor
+
+    report = dev.device_report()
+    report.neuron_ls = NEURON_LS_WITH_PROCESSES
+    check = next(c for c in doctor.run_checks(report) if c.name == "neuron cores")
+    assert not check.ok
+    assert "PID 4242 (python -m ipykernel_launcher)" in check.detail and "NEURON_RT_VISIBLE_CORES" in check.detail
+    report.neuron_ls = None  # no neuron-ls on this machine: no such check
+    assert all(c.name != "neuron cores" for c in doctor.run_checks(report))

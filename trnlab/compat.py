@@ -10,6 +10,8 @@ into a private attribute.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 # ---------------------------------------------------------------------------------------------
@@ -139,6 +141,39 @@ def hide_progress_table(progress_callback) -> None:
     progress_callback.training_tracker.inner_table = None
 
 
+@contextlib.contextmanager
+def cpu_mesh_as_multi_device():
+    """Let Accelerate take a model sharded at load time on a gloo CPU mesh, as it does on Trainium.
+
+    A model loaded with ``from_pretrained(..., distributed_config=DistributedConfig(tp_size,
+    fsdp_size))`` makes ``Trainer`` hand Accelerate a ``ParallelismConfig``, which Accelerate
+    1.15 accepts only when ``Accelerator.multi_device`` is true (MULTI_GPU, MULTI_NEURON, ...),
+    under FSDP2 or under DeepSpeed. ``multi_device`` names every multi-accelerator type but not
+    MULTI_CPU, so on a CPU mesh ``Trainer(...)`` raises before training.
+
+    Inside this block ``multi_device`` is also true for a distributed MULTI_CPU run: Accelerate
+    takes the branch it takes on Trainium (MULTI_NEURON). Nothing else changes: the distributed
+    type stays MULTI_CPU, the backend gloo; the model keeps its own TP/FSDP2 placement, and
+    Accelerate's data loader gives the TP ranks of one fsdp coordinate the same rows. The
+    property is restored on exit; build the ``Trainer`` inside, call ``train()`` outside.
+    Touches the public class property ``accelerate.Accelerator.multi_device``, class-wide for the
+    duration of the block (not thread-safe against Accelerators built meanwhile elsewhere).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+
+    original = Accelerator.__dict__["multi_device"]  # the property itself
+
+    def multi_device(self):
+        return original.fget(self) or (self.use_distributed and self.distributed_type == DistributedType.MULTI_CPU)
+
+    Accelerator.multi_device = property(multi_device, doc=original.__doc__)
+    try:
+        yield
+    finally:
+        Accelerator.multi_device = original
+
+
 # ---------------------------------------------------------------------------------------------
 # torch.distributed: the model's mesh, strided shards, the private backend's name
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +209,7 @@ INTERNALS = {
     "progress callback": "transformers.trainer.DEFAULT_PROGRESS_CALLBACK",
     "progress table": "NotebookProgressCallback.training_tracker.inner_table",
     "dynamo plugin": "Trainer.accelerator.state.dynamo_plugin",
+    "multi-device check": "accelerate.Accelerator.multi_device, read by ParallelismConfig._validate_accelerator",
     "model mesh": "PreTrainedModel._device_mesh",
     "strided shard": "torch.distributed.tensor.placement_types._StridedShard",
     "privateuse1 name": "torch._C._get_privateuse1_backend_name",

@@ -180,6 +180,30 @@ def neuron_ls_output(timeout: float = 20.0) -> str | None:
     return (done.stdout + done.stderr).strip()
 
 
+def neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+    """``(pid, command)`` of every process ``neuron-ls`` lists as using a Neuron device.
+
+    ``neuron-ls`` prints a table whose ``PID`` and ``COMMAND`` columns name the processes that
+    hold NeuronCores (a process, a notebook kernel too, reserves every core it sees until it
+    exits). Returns an empty list when the text has no such column. ``ignore_pids`` (e.g. this
+    process) are left out. ``doctor`` uses it to say which process blocks the next run.
+    """
+    if not neuron_ls_text:
+        return []
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in neuron_ls_text.splitlines() if line.strip().startswith("|")]
+    header = next((row for row in rows if "PID" in row), None)
+    if header is None:
+        return []
+    pid_at = header.index("PID")
+    command_at = header.index("COMMAND") if "COMMAND" in header else None
+    holders = []
+    for row in rows:
+        if len(row) == len(header) and row[pid_at].isdigit() and int(row[pid_at]) not in ignore_pids:
+            holders.append((int(row[pid_at]), row[command_at] if command_at is not None else ""))
+    return holders
+
+
 @dataclass
 class DeviceReport:
     """Everything notebook 01 and ``python -m trnlab doctor`` show about this machine."""

@@ -7,12 +7,12 @@ ranks, then shards every piece again between the 2 FSDP ranks. This module holds
 training script of notebook 05 calls inside each rank, and what the notebook calls outside:
 
 * in a rank: :func:`load_sharded_model`, :func:`rank_report` (placements and bytes),
-  :func:`shard_of_batch` (the data-parallel slice), :func:`train_sharded` (``Trainer`` on
-  Neuron and GPUs; on CPU, where Accelerate refuses ``Trainer``, the minimal
-  :func:`train_loop`), :func:`greedy_text`, :func:`save_sharded`, :func:`write_json`;
+  :func:`shard_of_batch` (the data-parallel slice), :func:`train_sharded` (``Trainer``, on
+  every device: on a CPU mesh through :func:`trnlab.compat.cpu_mesh_as_multi_device`),
+  :func:`greedy_text`, :func:`save_sharded`, :func:`write_json`;
 * outside: :func:`pad_vocabulary` (before launching), :func:`read_run`, :func:`memory_table`,
   :func:`placement_table`, :func:`plot_mesh`, :func:`plot_losses`, and
-  :func:`train_single_process`, the one-process reference the sharded losses must equal.
+  :func:`train_single_process`, the one-process ``Trainer`` the sharded losses must equal.
 """
 
 from __future__ import annotations
@@ -28,14 +28,6 @@ from trnlab import compat
 
 #: The course's mesh: 2 tensor-parallel x 2 FSDP ranks = 4 processes (claim 10).
 TP_SIZE, FSDP_SIZE = 2, 2
-
-#: Why the CPU run cannot use ``Trainer`` (Accelerate's own error is appended by :func:`train_sharded`).
-CPU_LOOP_REASON = (
-    "Accelerate 1.15 accepts a model sharded at load time (ParallelismConfig) only under FSDP2, "
-    "DeepSpeed or a multi-accelerator type (MULTI_NEURON, MULTI_GPU, ...); a gloo CPU run is "
-    "MULTI_CPU, so Trainer refuses it. This run trains the same sharded model with "
-    "trnlab.distributed.train_loop: forward, backward (FSDP2 and TP reduce the gradients), AdamW step.")
-
 
 # ---------------------------------------------------------------------------------------------
 # Inside a rank: load and describe
@@ -259,115 +251,88 @@ def shard_of_batch(batch: dict, dp_rank: int, dp_size: int) -> dict:
 # Training: Trainer where Accelerate takes the sharded model, a minimal loop on CPU
 # ---------------------------------------------------------------------------------------------
 
-def _all_ranks_mean(value: float) -> float:
-    import torch.distributed as dist
-
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)  # SUM: gloo has no AVG
-    return tensor.item() / dist.get_world_size()
-
-
-def train_loop(model, batches: list[dict], learning_rate: float = 1e-3, log=print) -> dict:
-    """Train the sharded model on this rank's batches; return its and the global losses.
-
-    ``batches`` are this rank's slices (:func:`shard_of_batch`). Each step: forward, backward
-    (FSDP2 reduce-scatters and averages gradients over the FSDP ranks, the TP layers reduce
-    theirs), one AdamW step on the local shards. ``global`` is the mean loss over all ranks,
-    i.e. the loss of the whole global batch as one process would see it. No gradient clipping,
-    no schedule: the same plain recipe as :func:`train_single_process`.
-    """
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    model.train()
-    local, global_ = [], []
-    for step, batch in enumerate(batches):
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        local.append(loss.item())
-        global_.append(_all_ranks_mean(local[-1]))
-        log(f"step {step:3d}  loss {local[-1]:.4f} (this rank's rows)  {global_[-1]:.4f} (global batch)")
-    return {"local": local, "global": global_}
-
-
 def build_trainer(model, dataset: list[dict], *, steps: int, batch_size: int, dp_size: int,
                   learning_rate: float, output_dir):
-    """A ``Trainer`` around the sharded model, as the page's claim 10 has it (Neuron, GPUs).
+    """A ``Trainer`` around ``model``, sharded or not, with the course's plain recipe (claim 10).
 
-    Same recipe as :func:`train_loop` (AdamW, constant rate, no clipping) except that
-    ``Trainer`` shuffles; ``batch_size`` is the global batch, each data-parallel rank gets
-    ``batch_size // dp_size``. On CPU, Accelerate refuses the model while ``Trainer`` is built
-    (``ValueError``: ``... but got DistributedType.MULTI_CPU``), the facts file's observation.
+    AdamW, constant rate, no weight decay, no clipping, rows in order (``sequential``), so a
+    sharded run and the one-process reference see the same data. ``batch_size`` is the global
+    batch: each of the ``dp_size`` data-parallel ranks gets ``batch_size // dp_size`` rows, and
+    Accelerate gives both TP ranks of one fsdp coordinate the same ones.
     """
-    from transformers import Trainer, TrainingArguments
+    from transformers import PrinterCallback, Trainer, TrainingArguments
 
     args = TrainingArguments(
         output_dir=str(output_dir), report_to=[], save_strategy="no", max_steps=steps,
         per_device_train_batch_size=batch_size // dp_size, learning_rate=learning_rate,
         lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, logging_steps=1,
-        dataloader_drop_last=True, optim="adamw_torch", use_cpu=model.device.type == "cpu")
-    return Trainer(model=model, args=args, train_dataset=dataset)
+        dataloader_drop_last=True, optim="adamw_torch", use_cpu=model.device.type == "cpu",
+        train_sampling_strategy="sequential", disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset)
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict, timings included; callers log losses
+    return trainer
 
 
 @dataclass
 class TrainingRun:
-    """Which training path ran in this rank and why, and the losses it logged."""
+    """How ``Trainer`` got the sharded model in this rank, and the losses it logged."""
 
-    path: str  # "Trainer" or "trnlab.distributed.train_loop"
+    path: str  # "Trainer" or "Trainer, CPU mesh as multi-device"
     reason: str
-    losses: dict = field(default_factory=dict)
+    losses: list = field(default_factory=list)
+
+
+def _logged_losses(trainer) -> list[float]:
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
 def train_sharded(model, dataset: list[dict], *, steps: int, batch_size: int,
                   learning_rate: float = 1e-3, output_dir, log=print) -> TrainingRun:
-    """Train the sharded model: ``Trainer`` where Accelerate accepts it, else :func:`train_loop`.
+    """Train the sharded model with ``Trainer``, the page's way (claim 10); return a :class:`TrainingRun`.
 
-    Builds the ``Trainer`` first, so the decision is Accelerate's own, not a guess: on Neuron
-    (``MULTI_NEURON``) and GPUs ``Trainer`` trains the model as is; on CPU Accelerate raises,
-    and the loop trains the same sharded model on the same data. The returned
-    :class:`TrainingRun` says which path ran and quotes why. (This CPU-only course machine
-    runs the loop; the ``Trainer`` path needs Trainium or GPUs.)
+    The ``Trainer`` is built as is first, so the decision is Accelerate's own: on Neuron
+    (MULTI_NEURON) and GPUs it takes the model as is. On a gloo CPU mesh (MULTI_CPU) Accelerate
+    1.15 refuses it; then it is built inside :func:`trnlab.compat.cpu_mesh_as_multi_device`,
+    which lets Accelerate take the same branch as on Trainium, and the run says so, quoting the
+    refusal. Either way the real ``Trainer`` trains the same sharded model.
     """
     position = mesh_position(model)
+    kwargs = dict(steps=steps, batch_size=batch_size, dp_size=position["fsdp_size"],
+                  learning_rate=learning_rate, output_dir=output_dir)
     try:
-        trainer = build_trainer(model, dataset, steps=steps, batch_size=batch_size,
-                                dp_size=position["fsdp_size"], learning_rate=learning_rate,
-                                output_dir=output_dir)
+        trainer = build_trainer(model, dataset, **kwargs)
+        run = TrainingRun("Trainer", "Accelerate accepts the sharded model on this device "
+                          "(claim 10: Trainer uses it as is).")
     except ValueError as refusal:
         if not compat.is_parallelism_refusal(refusal):
             raise
-        mine = [shard_of_batch(b, position["fsdp"], position["fsdp_size"])
-                for b in global_batches(dataset, batch_size, steps)]
-        losses = train_loop(model, mine, learning_rate, log=log)
-        return TrainingRun("trnlab.distributed.train_loop", f"{CPU_LOOP_REASON} Accelerate said: {refusal}",
-                           losses)
+        with compat.cpu_mesh_as_multi_device():
+            trainer = build_trainer(model, dataset, **kwargs)
+        run = TrainingRun("Trainer, CPU mesh as multi-device",
+                          "Accelerate refused the CPU mesh as it is: " + str(refusal).strip() + " On Trainium the "
+                          "type is MULTI_NEURON, which it accepts; trnlab.compat.cpu_mesh_as_multi_device lets it "
+                          "take that same branch for MULTI_CPU while the Trainer is built, and changes nothing else.")
     trainer.train()
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    for step, loss in enumerate(losses):
-        log(f"step {step:3d}  loss {loss:.4f} (Trainer)")
-    return TrainingRun("Trainer", "Accelerate accepts the sharded model on this device "
-                       "(claim 10: Trainer uses it as is).", {"local": losses, "global": losses})
+    run.losses = _logged_losses(trainer)
+    for step, loss in enumerate(run.losses):
+        log(f"step {step:3d}  loss {loss:.4f} (Trainer, global batch)")
+    return run
 
 
 def train_single_process(model, dataset: list[dict], *, steps: int, batch_size: int,
-                         dp_size: int = FSDP_SIZE, learning_rate: float = 1e-3) -> list[float]:
-    """The one-process reference: same data, same AdamW, same objective; returns the losses.
+                         learning_rate: float = 1e-3, output_dir=None) -> list[float]:
+    """The one-process reference: ``Trainer`` with the same recipe, data and global batch; its losses.
 
-    Each global batch is cut into the same ``dp_size`` slices the FSDP ranks train on, and
-    the loss is their mean: exactly what averaging the FSDP ranks' gradients optimises. (With
-    packed data every slice has as many tokens, so it is also the loss of the whole batch.)
+    With packed data every row has as many tokens, so the mean loss over the whole global
+    batch is exactly what averaging the FSDP ranks' gradients optimises.
     """
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    model.train()
-    losses = []
-    for batch in global_batches(dataset, batch_size, steps):
-        slices = [shard_of_batch(batch, r, dp_size) for r in range(dp_size)]
-        loss = sum(model(**s).loss for s in slices) / dp_size
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="trnlab-reference-") as scratch:
+        trainer = build_trainer(model, dataset, steps=steps, batch_size=batch_size, dp_size=1,
+                                learning_rate=learning_rate, output_dir=output_dir or scratch)
+        trainer.train()
+    return _logged_losses(trainer)
 
 
 def reshard(model) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import importlib.metadata
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from trnlab.device import DeviceNotAvailableError, DeviceReport, device_report, pick_device
+from trnlab.device import DeviceNotAvailableError, DeviceReport, device_report, neuron_core_holders, pick_device
 from trnlab.models import MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
 from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_settings
 
@@ -92,14 +93,29 @@ def _device_check(report: DeviceReport) -> Check:
                  f"{report.device_count} {report.backend} device(s))")
 
 
+def _cores_check(report: DeviceReport) -> Check | None:
+    """On Trainium: fail when another process holds NeuronCores (``neuron-ls``'s PID column)."""
+    if report.neuron_ls is None:
+        return None
+    holders = neuron_core_holders(report.neuron_ls, ignore_pids=(os.getpid(), os.getppid()))
+    if not holders:
+        return Check("neuron cores", True, "no other process holds a NeuronCore")
+    listed = "; ".join(f"PID {pid} ({command or 'unknown command'})" for pid, command in holders)
+    return Check("neuron cores", False, f"held by {listed}: a process, a notebook kernel too, keeps every "
+                 "NeuronCore it sees until it exits. Shut down that kernel (or `kill` it), or give each "
+                 "process its own cores with NEURON_RT_VISIBLE_CORES (e.g. 0-3)")
+
+
 def run_checks(report: DeviceReport) -> list[Check]:
     """The checks that decide the exit status of ``doctor``."""
-    return [
+    checks = [
         _device_check(report),
         _version_check("transformers", report.versions.get("transformers")),
         _version_check("accelerate", report.versions.get("accelerate")),
         _model_check(),
+        _cores_check(report),
     ]
+    return [check for check in checks if check is not None]
 
 
 def _human_bytes(n: int) -> str:

@@ -256,18 +256,22 @@ def plot_mesh(ranks: list[dict], names: list[str], ax=None):
 
 
 def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None):
-    """Every rank's loss per step (its own rows), the global loss, and the one-process reference."""
+    """The loss per step each rank's ``Trainer`` logged (the global batch's), and the one-process reference.
+
+    Every rank logs the same loss (Trainer averages it over the data-parallel ranks), so the
+    ranks' markers sit on one line; the reference (dashed) should lie on it too. Returns the axes.
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
-    for r in ranks:  # TP partners overlap exactly: color per fsdp coordinate, marker per TP rank
-        ax.plot(r["losses"]["local"], color=f"C{r['fsdp']}", ls="-" if r["tp"] == 0 else ":",
-                marker="o" if r["tp"] == 0 else "x", mfc="none", ms=8 if r["tp"] == 0 else 6,
-                label=f"rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): its rows")
-    ax.plot(ranks[0]["losses"]["global"], color="black", lw=2, label="sharded, global batch")
+    markers = "ox+s"
+    for r in ranks:
+        ax.plot(r["losses"], ls="none", marker=markers[r["rank"] % len(markers)], mfc="none", ms=8 - r["rank"],
+                label=f"rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']})")
+    ax.plot(ranks[0]["losses"], color="black", lw=1, label="sharded Trainer, global batch")
     if reference is not None:
-        ax.plot(reference, color="red", ls="--", lw=1.5, label="one process, same data")
+        ax.plot(reference, color="red", ls="--", lw=1.5, label="one-process Trainer, same data")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend(fontsize=7)

@@ -41,7 +41,7 @@ dataset = data.packed_dataset(tokenizer, data.training_texts(64), args.block_len
 first_batch = td.global_batches(dataset, args.batch_size, 1)[0]
 report["loss_before"] = td.batch_loss(model, first_batch)  # whole batch, on every rank
 
-# 3. Train: Trainer where Accelerate accepts the sharded model, trnlab's loop where not.
+# 3. Train with Trainer, the page's way (on a CPU mesh through trnlab.compat.cpu_mesh_as_multi_device).
 run = td.train_sharded(model, dataset, steps=args.steps, batch_size=args.batch_size,
                        learning_rate=args.lr, output_dir=args.out)
 report["losses"] = run.losses
