@@ -101,10 +101,18 @@ lab: setup
 browser-deps: setup
 	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
 
+# One pytest session: unit tests, browser tests, every notebook as committed, and every notebook
+# once more with TRNLAB_DTYPE=bfloat16 (Trainium's numerics), spread over TEST_WORKERS processes
+# (pytest-xdist; one file or notebook run per worker at a time). On Trainium the notebooks run
+# one at a time: a kernel holds every NeuronCore it sees, so two would block each other.
+TEST_WORKERS ?= 2
 test: setup browser-deps
-	$(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider --durations=10
-	@echo "make test: the notebooks again in bfloat16 (TRNLAB_DTYPE=bfloat16), Trainium's numerics"
-	TRNLAB_DTYPE=bfloat16 $(BIN)/python -m pytest -p trnlab.pytest_plugin notebooks --nbval-lax -p no:cacheprovider
+	@workers=$(TEST_WORKERS); \
+	if [ "$$($(BIN)/python -c 'import trnlab; print(trnlab.detect_backend())' 2>/dev/null)" = neuron ]; then \
+	  workers=0; echo "make test: Neuron device found: one test process, so notebooks never share NeuronCores"; \
+	fi; \
+	set -x; $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider \
+	  --notebook-env TRNLAB_DTYPE=bfloat16 -n $$workers --dist loadfile --durations=15
 
 # Re-execute every notebook in place, so the committed outputs are true; then normalize them
 # (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.

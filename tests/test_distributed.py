@@ -1,9 +1,10 @@
 """trnlab.distributed: the 2 x 2 sharded model equals one process; helpers behave on their own.
 
-One real 4-process run (``trnlab/scripts/train_sharded.py``, 3 steps) serves every check
-against the one-process reference: same loss on the same batch, same training losses,
-the shards' placements and bytes, and a saved model that reloads in one process and
-generates what the sharded model generated.
+One real 4-process run serves every check. Its ranks run ``trnlab/scripts/train_sharded.py``
+(3 steps) against the one-process reference (same loss on the same batch, same training
+losses, the shards' placements and bytes, a saved model that reloads in one process and
+generates what the sharded model generated), then ``trnlab/scripts/measure_memory.py``, whose
+bytes per rank ``trnlab.planning`` must predict.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from trnlab import data
 from trnlab import distributed as td
 from trnlab import plots
 from trnlab.launcher import launch
+from trnlab.planning import plan_memory
 
 SCRIPT = Path(td.__file__).parent / "scripts" / "train_sharded.py"
+MEASURE_SCRIPT = Path(td.__file__).parent / "scripts" / "measure_memory.py"
+RANK_SCRIPTS = Path(__file__).resolve().parent / "rank_scripts.py"
+MEASURE_BATCH, MEASURE_SEQ = 2, 32  # micro-batch per FSDP rank in the memory measurement
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_distributed.ipynb"
 STEPS, BATCH, BLOCK = 3, 8, 64
 TOL = 1e-4  # fp32; the sharded sums run in another order, so not bit-identical
@@ -75,13 +80,19 @@ def test_trainer_path_is_a_working_trainer(tmp_path):
 
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
+    """Notebook 05's script, then planning's memory measurement, in the same 4 ranks: one start-up."""
     folder = tmp_path_factory.mktemp("sharded")
     model = td.pad_vocabulary(None, folder / "padded")  # 761 rows do not split 4 ways (see launch)
-    result = launch(SCRIPT, ["--out", folder / "run", "--model", model, "--steps", STEPS,
-                             "--batch-size", BATCH, "--block-length", BLOCK],
+    result = launch(RANK_SCRIPTS, [SCRIPT, "--out", folder / "run", "--model", model, "--steps", STEPS,
+                                   "--batch-size", BATCH, "--block-length", BLOCK,
+                                   "--then", MEASURE_SCRIPT, "--out", folder / "measured", "--model", model,
+                                   "--tp-size", 2, "--fsdp-size", 2, "--batch", MEASURE_BATCH, "--seq", MEASURE_SEQ],
                     tp_size=2, fsdp_size=2, model=model, device="cpu", timeout=400)
     assert result.ok, result.summary() + "\n" + result.traceback
-    return {"model": model, "folder": folder, "run": td.read_run(folder / "run"), "result": result}
+    measured = sorted((json.loads(p.read_text()) for p in (folder / "measured").glob("rank*.json")),
+                      key=lambda r: r["rank"])
+    return {"model": model, "folder": folder, "run": td.read_run(folder / "run"), "result": result,
+            "measured": measured}
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +194,26 @@ def test_tables_and_mesh_picture_from_reports():
     assert len(ax.texts) == 4 and "rank 3  (fsdp 1, tp 1)" in ax.texts[3].get_text()
     ax = plots.plot_losses(ranks, reference=[2.5, 1.5])
     assert len(ax.lines) == 6
+
+
+# ------------------------------------------------------------------ measured on 4 ranks: what planning predicts
+
+
+def test_predicted_parameter_bytes_equal_what_each_rank_holds(sharded_run):
+    plan = plan_memory(sharded_run["model"], 2, 2, workload="train", batch=MEASURE_BATCH, seq=MEASURE_SEQ,
+                       dtype="float32")
+    assert [r["rank"] for r in sharded_run["measured"]] == [0, 1, 2, 3]
+    assert plan.components["parameters"] == 1_773_696 and plan.parameter_count * 4 == 7_086_336
+    for rank in sharded_run["measured"]:
+        assert rank["parameter_bytes_loaded"] == plan.components["parameters"]
+        assert rank["parameter_bytes"] == plan.components["parameters"]
+        assert rank["parameter_tensors"] == len(plan.shards)
+
+
+def test_predicted_training_state_is_within_5_percent_of_what_each_rank_holds(sharded_run):
+    plan = plan_memory(sharded_run["model"], 2, 2, workload="train", batch=MEASURE_BATCH, seq=MEASURE_SEQ,
+                       dtype="float32")
+    for rank in sharded_run["measured"]:
+        assert rank["training_state_bytes"] == pytest.approx(plan.training_state, rel=0.05)
+        assert rank["gradient_bytes"] == plan.components["gradients"]
+        assert rank["optimizer_bytes"] == plan.components["optimizer"]

@@ -47,6 +47,46 @@ def test_visible_neuron_cores_reads_the_runtime_formats():
         tl.visible_neuron_cores("all")
 
 
+def test_rank_neuron_cores_gives_each_rank_one_core_of_the_allowed_ones(monkeypatch):
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert tl.rank_neuron_cores(4, visible=4) == [0, 1, 2, 3]
+    assert tl.rank_neuron_cores(2, "4-7") == [4, 5]
+    assert tl.rank_neuron_cores(3, [6, 2, 9]) == [6, 2, 9]
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "8-9,12")  # what this process (a kernel) may use
+    assert tl.rank_neuron_cores(3, visible=64) == [8, 9, 12]
+    with pytest.raises(LaunchConfigError, match=r"4 ranks need 4 NeuronCores, one each, but only 3 are given \(8,9,12\)"):
+        tl.rank_neuron_cores(4)
+    with pytest.raises(LaunchConfigError, match="distinct core numbers"):
+        tl.rank_neuron_cores(2, [1, 1])
+    with pytest.raises(LaunchConfigError, match=r"neuron_cores='3-1' is not a core list"):
+        tl.rank_neuron_cores(2, "3-1")
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")
+    with pytest.raises(LaunchConfigError, match="pass neuron_cores='0-3'"):
+        tl.rank_neuron_cores(2)
+
+
+def test_torchrun_command_starts_each_rank_through_rank_cores():
+    cmd = tl.torchrun_command("train.py", ["--out", "run"], nproc_per_node=2, python="torchrun", tee=False,
+                              neuron_cores="4-7")
+    assert shlex.join(cmd) == ("torchrun --standalone --nproc-per-node=2 -m trnlab.rank_cores 4,5 "
+                               "train.py --out run")
+    module = tl.torchrun_command("pkg.train", nproc_per_node=1, module=True, python="torchrun", tee=False,
+                                 neuron_cores=[3])
+    assert module[-5:] == ["-m", "trnlab.rank_cores", "3", "-m", "pkg.train"]
+
+
+def test_rank_cores_refuses_to_run_outside_torchrun(tmp_path):
+    from trnlab import rank_cores
+
+    assert rank_cores.core_for_this_rank("4,5", "1") == "5"
+    with pytest.raises(SystemExit, match="LOCAL_RANK is not set: start it with torchrun"):
+        rank_cores.core_for_this_rank("4,5", None)
+    with pytest.raises(SystemExit, match=r"local rank 2 has no core: '4,5' names 2"):
+        rank_cores.core_for_this_rank("4,5", "2")
+    with pytest.raises(SystemExit, match="is not a list of core numbers"):
+        rank_cores.core_for_this_rank("4-5", "0")
+
+
 # ------------------------------------------------------------------ validation
 
 QWEN_LIKE = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
@@ -242,3 +282,39 @@ def test_two_launchers_on_loopback_form_one_job(tmp_path):
     assert result.lines(0)[-1] == "node 0 world 2 sum 3"
     assert result.lines(1)[-1] == "node 1 world 2 sum 3"
     _assert_all_gone(tmp_path, 2)
+
+
+CORE_REPORT = """
+import os, sys
+print(f"local rank {os.environ['LOCAL_RANK']} sees NeuronCores {os.environ.get('NEURON_RT_VISIBLE_CORES')} "
+      f"args {sys.argv[1:]} main {__name__}", flush=True)
+"""
+
+
+def test_each_rank_sees_only_its_own_neuroncore(tmp_path, monkeypatch, capsys):
+    """The real mechanism, on CPU: a job-wide NEURON_RT_VISIBLE_CORES (what a kernel inherits)
+    is replaced in every rank by that rank's one core."""
+    script = tmp_path / "cores.py"
+    script.write_text(CORE_REPORT)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-7")
+    result = tl.launch(script, ["--flag", "x"], nproc_per_node=2, device="cpu", neuron_cores="4-5", timeout=120)
+    assert result.ok, result.summary()
+    assert result.lines(0)[-1] == "local rank 0 sees NeuronCores 4 args ['--flag', 'x'] main __main__"
+    assert result.lines(1)[-1] == "local rank 1 sees NeuronCores 5 args ['--flag', 'x'] main __main__"
+    assert "-m trnlab.rank_cores 4,5 " in capsys.readouterr().out
+
+
+def test_on_neuron_launch_assigns_the_cores_by_itself(fake_neuron, tmp_path, monkeypatch):
+    """Under the simulated trn2 (4 NeuronCores) launch picks rank i -> core i, or the i-th core
+    of NEURON_RT_VISIBLE_CORES; the ranks themselves run on this CPU."""
+    script = tmp_path / "cores.py"
+    script.write_text(CORE_REPORT)
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    result = tl.launch(script, nproc_per_node=2, timeout=120, echo=False)
+    assert result.ok, result.summary()
+    assert [result.lines(r)[-1].split(" args")[0] for r in (0, 1)] == [
+        "local rank 0 sees NeuronCores 0", "local rank 1 sees NeuronCores 1"]
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "2-3")
+    result = tl.launch(script, timeout=120, echo=False)  # one process per visible core: 2
+    assert [result.lines(r)[-1].split(" args")[0] for r in (0, 1)] == [
+        "local rank 0 sees NeuronCores 2", "local rank 1 sees NeuronCores 3"]

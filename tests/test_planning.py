@@ -1,8 +1,8 @@
 """trnlab.planning: the bytes it predicts are the bytes ranks really hold; meshes and errors make sense.
 
-One real 4-process run (``trnlab/scripts/measure_memory.py``, tp 2 x fsdp 2, the course model
-with its vocabulary padded to 768) serves the measured-vs-predicted checks: parameter bytes per
-rank equal, parameters + gradients + AdamW state within 5%. The static KV cache and the
+The measured-vs-predicted checks on 4 real ranks (``trnlab/scripts/measure_memory.py``, tp 2 x
+fsdp 2) live in tests/test_distributed.py, whose one sharded run also measures: parameter bytes
+per rank equal, parameters + gradients + AdamW state within 5%. The static KV cache and the
 per-layer activation formula are checked in this process; everything else is arithmetic.
 """
 
@@ -15,9 +15,8 @@ import pytest
 import torch
 
 import trnlab
-from trnlab import distributed as td
 from trnlab import planning
-from trnlab.launcher import LaunchConfigError, launch, validate_parallel_sizes
+from trnlab.launcher import LaunchConfigError, validate_parallel_sizes
 from trnlab.planning import GiB, PlanError, plan_memory, plan_mesh
 
 SCRIPT = Path(planning.__file__).parent / "scripts" / "measure_memory.py"
@@ -272,37 +271,3 @@ def test_per_layer_activation_formula_equals_the_saved_tensors(dtype, one_torch_
     layer_bytes = sum(n for w, n in saved.values() if w == "layer 1")
     plan = plan_memory(None, workload="train", batch=BATCH, seq=SEQ, dtype=str(dtype).split(".")[1])
     assert plan.activation_detail["per_layer"] == layer_bytes
-
-
-# ------------------------------------------------------------------ measured on 4 ranks
-
-
-@pytest.fixture(scope="module")
-def measured_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("measured")
-    model = td.pad_vocabulary(None, folder / "padded")  # 761 rows do not split 4 ways
-    result = launch(SCRIPT, ["--out", folder / "run", "--model", model, "--tp-size", 2, "--fsdp-size", 2,
-                             "--batch", BATCH, "--seq", SEQ],
-                    tp_size=2, fsdp_size=2, model=model, device="cpu", timeout=300, echo=False)
-    assert result.ok, result.summary() + "\n" + result.traceback
-    ranks = sorted((json.loads(p.read_text()) for p in (folder / "run").glob("rank*.json")),
-                   key=lambda r: r["rank"])
-    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
-    return {"model": model, "ranks": ranks}
-
-
-def test_predicted_parameter_bytes_equal_what_each_rank_holds(measured_run):
-    plan = plan_memory(measured_run["model"], 2, 2, workload="train", batch=BATCH, seq=SEQ, dtype="float32")
-    assert plan.components["parameters"] == 1_773_696 and plan.parameter_count * 4 == 7_086_336
-    for rank in measured_run["ranks"]:
-        assert rank["parameter_bytes_loaded"] == plan.components["parameters"]
-        assert rank["parameter_bytes"] == plan.components["parameters"]
-        assert rank["parameter_tensors"] == len(plan.shards)
-
-
-def test_predicted_training_state_is_within_5_percent_of_what_each_rank_holds(measured_run):
-    plan = plan_memory(measured_run["model"], 2, 2, workload="train", batch=BATCH, seq=SEQ, dtype="float32")
-    for rank in measured_run["ranks"]:
-        assert rank["training_state_bytes"] == pytest.approx(plan.training_state, rel=0.05)
-        assert rank["gradient_bytes"] == plan.components["gradients"]
-        assert rank["optimizer_bytes"] == plan.components["optimizer"]

@@ -50,15 +50,31 @@ def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
 def learner_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("learner-repo")  # outside this repository, like a learner's
     _notebook(folder / "good.ipynb", [CHANGING_CELL])
+    # Stored without LEARNER_FLAG: the run with --notebook-env LEARNER_FLAG=on must differ.
+    _notebook(folder / "flag.ipynb", ['# NBVAL_CHECK_OUTPUT\nimport os\nprint("flag:", os.environ.get("LEARNER_FLAG", "unset"))'])
     return folder
 
 
 def test_a_learners_notebook_passes_with_paths_stderr_timings_and_addresses_changing(learner_folder):
+    """One session: both notebooks as stored, and once more with --notebook-env LEARNER_FLAG=on."""
     stored = nbformat.read(learner_folder / "good.ipynb", as_version=4).cells[0].outputs
     assert any(o.get("name") == "stderr" for o in stored) and "/learner-" in stored[0]["text"]
-    done = _pytest(learner_folder)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 passed" in done.stdout  # the trnlab rules item and the checked cell
+    assert "LEARNER_FLAG" not in os.environ
+    done = _pytest(learner_folder, "-rA", "--notebook-env", "LEARNER_FLAG=on")
+    out = done.stdout
+    assert "PASSED good.ipynb::Cell 0" in out and "PASSED good.ipynb[LEARNER_FLAG=on]::Cell 0" in out, out
+    assert "PASSED flag.ipynb::Cell 0" in out and "PASSED good.ipynb::trnlab rules" in out, out
+    # The variable reached the second run's kernel, and only that one:
+    assert "FAILED flag.ipynb[LEARNER_FLAG=on]::Cell 0" in out and "flag: on" in out, out
+    assert "1 failed, 5 passed" in out, out  # rules x2, good x2, flag as stored; once more is not ruled
+
+
+def test_notebook_env_must_be_name_equals_value(learner_folder):
+    from trnlab.pytest_plugin import parse_notebook_env
+
+    assert parse_notebook_env("TRNLAB_DTYPE=bfloat16,A=") == {"TRNLAB_DTYPE": "bfloat16", "A": ""}
+    with pytest.raises(pytest.UsageError, match="write NAME=VALUE"):
+        parse_notebook_env("bfloat16")
 
 
 def test_without_the_plugin_the_same_notebook_fails(learner_folder):

@@ -23,8 +23,10 @@ module                 concern
 ``training``           ``Trainer`` the page's way, with a recorder and a live plot
 ``distributed``        the sharded model of claim 10, inside and outside a rank
 ``launcher``           ``torchrun`` from a notebook, multi-node commands, Slurm
+``rank_cores``         inside each torchrun rank: its own NeuronCore, then the script
 ``planning``           memory per NeuronCore and the mesh that fits
 ``plots``              every chart and text table
+``widgets``            interactive controls (ipywidgets) for the notebooks
 ``bench``              workload harness and the ``python -m trnlab bench`` commands
 ``compat``             every touch of a library's private internals
 ``pytest_plugin``      the course's nbval rules for your own CI
@@ -62,7 +64,7 @@ GROUPS: dict[str, dict[str, str]] = {
         "bucket_pad_tokens": "buckets", "choose_buckets": "buckets", "padding_by_bucket_count": "buckets",
         "bucketed_generate": "generation",
         "sample_prompt_lengths": "bench", "corpus_prompts": "bench", "run_generation_workload": "bench",
-        "time_generation": "bench", "identical_outputs": "bench",
+        "time_generation": "bench", "identical_outputs": "bench", "bucket_slider": "widgets",
     },
     "Train with static shapes (notebook 04)": {
         "NEW_FACT_PROMPT": "data", "training_texts": "data", "fixed_length_dataset": "data",
@@ -75,12 +77,14 @@ GROUPS: dict[str, dict[str, str]] = {
     "Shard and launch (notebook 05)": {
         "launch": "launcher", "launch_loopback_nodes": "launcher", "torchrun_command": "launcher",
         "multinode_commands": "launcher", "slurm_script": "launcher", "plan_processes": "launcher",
-        "validate_parallel_sizes": "launcher", "LaunchConfigError": "launcher", "LaunchResult": "launcher",
+        "validate_parallel_sizes": "launcher", "rank_neuron_cores": "launcher", "LaunchConfigError": "launcher",
+        "LaunchResult": "launcher",
         "pad_vocabulary": "distributed", "read_run": "distributed",
         "plan_memory": "planning", "plan_mesh": "planning",
     },
     "Plots and tables": {
-        "plot_compile_growth": "plots", "plot_padding_waste": "plots", "plot_generation_comparison": "plots",
+        "plot_compile_growth": "plots", "plot_padding_waste": "plots", "plot_buckets": "plots",
+        "plot_generation_comparison": "plots",
         "plot_strategy_comparison": "plots", "format_table": "plots", "plot_mesh": "plots",
         "plot_losses": "plots", "memory_table": "plots", "placement_table": "plots",
     },

@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trnlab.device import backend_available, detect_backend, device_count
+from trnlab.device import backend_available, detect_backend, device_count, neuron_core_holders, neuron_ls_output
 
 #: torch.distributed backend for each device type (Transformers' ``DISTRIBUTED_BACKEND_MAP`` agrees).
 DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
@@ -84,23 +84,61 @@ class LaunchError(RuntimeError):
 # How many processes, which backend
 # ---------------------------------------------------------------------------------------------
 
+def parse_neuron_cores(value: str, name: str = "NEURON_RT_VISIBLE_CORES") -> list[int]:
+    """The NeuronCore numbers a core list names, in order: ``"0-3"`` -> ``[0, 1, 2, 3]``.
+
+    The Neuron runtime accepts a single core (``"3"``), a range (``"0-3"``) or a list of both
+    (``"0,1,4-5"``); :func:`launch`'s ``neuron_cores`` takes the same forms.
+    """
+    cores: list[int] = []
+    for part in str(value).replace(" ", "").split(","):
+        first, sep, last = part.partition("-")
+        if not first.isdigit() or (sep and not last.isdigit()) or int(last or first) < int(first):
+            raise LaunchConfigError(f"{name}={value!r} is not a core list: use e.g. '0-3' or '0,1,2,3'.")
+        cores += [c for c in range(int(first), int(last or first) + 1) if c not in cores]
+    return cores
+
+
 def visible_neuron_cores(value: str | None = None) -> int | None:
     """How many NeuronCores ``NEURON_RT_VISIBLE_CORES`` allows (``None``: the variable is unset).
 
-    The Neuron runtime accepts a single core (``"3"``), a range (``"0-3"``) or a list of both
-    (``"0,1,4-5"``). ``value`` defaults to the environment variable.
+    ``value`` defaults to the environment variable; forms as in :func:`parse_neuron_cores`.
     """
     value = os.environ.get("NEURON_RT_VISIBLE_CORES") if value is None else value
     if value is None or not value.strip():
         return None
-    cores: set[int] = set()
-    for part in value.replace(" ", "").split(","):
-        first, sep, last = part.partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()):
-            raise LaunchConfigError(
-                f"NEURON_RT_VISIBLE_CORES={value!r} is not a core list: use e.g. '0-3' or '0,1,2,3'.")
-        cores.update(range(int(first), int(last or first) + 1))
-    return len(cores)
+    return len(parse_neuron_cores(value))
+
+
+def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> list[int]:
+    """The NeuronCore of each local rank: rank ``i`` gets the ``i``-th core of ``cores``.
+
+    ``cores``: a core list (``"4-7"``, ``"0,2"``, or a list of ints); ``None`` takes the cores
+    this process may use, ``NEURON_RT_VISIBLE_CORES`` when set, else ``0 .. visible - 1``.
+    The Neuron runtime reserves every core a process sees, so two ranks, or a rank and a
+    notebook kernel, must never see the same one: :func:`launch` runs each rank through
+    :mod:`trnlab.rank_cores`, which sets that rank's ``NEURON_RT_VISIBLE_CORES`` to its core.
+    """
+    if cores is None:
+        from_env = os.environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
+        if from_env:
+            listed = parse_neuron_cores(from_env)
+        elif visible is not None:
+            listed = list(range(visible))
+        else:
+            raise LaunchConfigError("no NeuronCores to give the ranks: pass neuron_cores='0-3' (the cores "
+                                    "they may use) or set NEURON_RT_VISIBLE_CORES")
+    elif isinstance(cores, str):
+        listed = parse_neuron_cores(cores, "neuron_cores")
+    else:
+        listed = [int(c) for c in cores]
+        if any(c < 0 for c in listed) or len(set(listed)) != len(listed):
+            raise LaunchConfigError(f"neuron_cores={cores!r}: give distinct core numbers >= 0, one per rank")
+    if len(listed) < nproc:
+        raise LaunchConfigError(
+            f"{nproc} ranks need {nproc} NeuronCores, one each, but only {len(listed)} are given "
+            f"({','.join(map(str, listed)) or 'none'}): name more cores, or launch fewer processes.")
+    return listed[:nproc]
 
 
 @dataclass
@@ -272,7 +310,7 @@ def _script_argv(script, script_args=(), module: bool = False) -> list[str]:
 def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, nnodes: int = 1,
                      node_rank: int = 0, rdzv_endpoint: str | None = None,
                      rdzv_backend: str = "static", rdzv_id: str = "trnlab", module: bool = False,
-                     python: str | None = None, tee: bool = True) -> list[str]:
+                     python: str | None = None, tee: bool = True, neuron_cores=None) -> list[str]:
     """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting).
 
     ``nproc_per_node=None`` takes :func:`plan_processes`' choice for this machine: one
@@ -287,7 +325,9 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
 
     ``python=None`` runs torchrun as ``python -m torch.distributed.run`` with this
     interpreter; ``"torchrun"`` writes the console script, as a cluster script would.
-    ``tee`` asks torchrun to prefix every worker line with its rank (``--tee=3``). For every
+    ``tee`` asks torchrun to prefix every worker line with its rank (``--tee=3``).
+    ``neuron_cores`` (e.g. ``"4-7"``) starts each rank through :mod:`trnlab.rank_cores`, which
+    gives local rank ``i`` only the ``i``-th core of the list. For every
     node of a multi-node run at once, see :func:`multinode_commands`.
     """
     if nproc_per_node is None:
@@ -315,6 +355,9 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
     cmd += [f"--nproc-per-node={nproc_per_node}"]
     if tee:
         cmd += ["--tee=3"]
+    if neuron_cores is not None:
+        cores = rank_neuron_cores(nproc_per_node, neuron_cores)  # the first nproc_per_node of them
+        cmd += ["-m", "trnlab.rank_cores", ",".join(map(str, cores))]
     return cmd + _script_argv(script, script_args, module)
 
 
@@ -576,7 +619,7 @@ def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: floa
 def launch(script, script_args=(), *, nproc_per_node: int | None = None, device: str | None = None,
            tp_size: int | None = None, fsdp_size: int | None = None, model=None,
            timeout: float = 600.0, env: dict[str, str] | None = None, module: bool = False,
-           echo: bool = True, check: bool = False, grace: float = 15.0) -> LaunchResult:
+           echo: bool = True, check: bool = False, grace: float = 15.0, neuron_cores=None) -> LaunchResult:
     """Run ``script`` under ``torchrun`` on this machine, streaming every rank's lines live.
 
     * Process count and backend come from :func:`plan_processes` (``nproc_per_node`` defaults
@@ -592,15 +635,31 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
       no process of the run is left: each carries a launch id in its environment
       (:data:`LAUNCH_ID_VAR`) and stragglers are killed.
     * ``check=True`` raises :class:`LaunchError` instead of returning a failed result.
+    * Trainium: each rank gets its own NeuronCore (:func:`rank_neuron_cores`: rank ``i`` the
+      ``i``-th of ``neuron_cores``, default the cores this process may use), because the
+      runtime reserves every core a process sees. Processes that ``neuron-ls`` lists as
+      holding Neuron devices (an old notebook kernel) are named before the start. Elsewhere
+      ``neuron_cores`` is only handed to the ranks, which rehearses the assignment.
     """
     if tp_size is not None or fsdp_size is not None:
         nproc_per_node = nproc_per_node or (tp_size or 1) * (fsdp_size or 1)
     plan = plan_processes(nproc_per_node, device)
     if tp_size is not None or fsdp_size is not None:
         validate_parallel_sizes(plan.nproc_per_node, tp_size or 1, fsdp_size or 1, model_config=model)
-    cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module)
+    if plan.device == "neuron" or neuron_cores is not None:
+        neuron_cores = rank_neuron_cores(plan.nproc_per_node, neuron_cores, visible=plan.devices_visible)
+    cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module,
+                           neuron_cores=neuron_cores)
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
+    if plan.device == "neuron":
+        holders = neuron_core_holders(neuron_ls_output())
+        if holders and echo:
+            listed = "; ".join(f"PID {pid} ({command or 'unknown command'})" for pid, command in holders)
+            print(f"[trnlab] neuron-ls lists processes that hold Neuron devices: {listed}. A process keeps "
+                  f"every NeuronCore it saw until it exits: if a rank cannot initialize the runtime, shut "
+                  f"that one down (a notebook kernel: Kernel > Shut Down Kernel), or pass neuron_cores= "
+                  f"cores it does not hold.", flush=True)
     result = _run_launchers([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)
     if check and not result.ok:
         raise LaunchError(result.summary() + (f"\n{result.traceback}" if result.traceback else ""), result)
@@ -654,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slurm", action="store_true", help="print a Slurm batch script (implies --dry-run)")
     parser.add_argument("--instance", default="trn2.48xlarge",
                         help="Trainium instance of every node, for --slurm (trn2/trn3; see python -m trnlab plan)")
+    parser.add_argument("--neuron-cores", default=None,
+                        help="NeuronCores for the ranks, one each, e.g. 4-7 (default on Trainium: the cores "
+                             "this shell may use, NEURON_RT_VISIBLE_CORES or all)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
@@ -690,8 +752,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.tp_size or args.fsdp_size:
                 validate_parallel_sizes(plan.nproc_per_node, args.tp_size or 1, args.fsdp_size or 1,
                                         model_config=args.model)
+            cores = (rank_neuron_cores(plan.nproc_per_node, args.neuron_cores, visible=plan.devices_visible)
+                     if plan.device == "neuron" or args.neuron_cores else None)
             print(shlex.join(torchrun_command(args.script, args.script_args, nproc_per_node=plan.nproc_per_node,
-                                              python="torchrun", tee=False)))
+                                              python="torchrun", tee=False, neuron_cores=cores)))
             print(f"# {plan}")
             if args.tp_size or args.fsdp_size:
                 from trnlab.planning import format_plan, plan_memory
@@ -701,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
                         tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
-                        timeout=args.timeout)
+                        timeout=args.timeout, neuron_cores=args.neuron_cores)
     except LaunchConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ rank reports of notebook 05, so they work with any code that makes such rows. ma
 imported inside each function, so importing trnlab stays light.
 
 * compiling (notebook 03): :func:`plot_compile_growth`, :func:`plot_padding_waste`,
-  :func:`plot_generation_comparison`;
+  :func:`plot_buckets`, :func:`plot_generation_comparison`;
 * training (notebook 04): :func:`draw_loss_curve`, :func:`plot_strategy_comparison`,
   :func:`format_table`, :func:`format_steps`;
 * sharding (notebook 05): :func:`memory_table`, :func:`placement_table`, :func:`plot_mesh`,
@@ -68,6 +68,36 @@ def plot_padding_waste(rows: Sequence[dict], title: str | None = None):
            title=title or "padding waste of the best k buckets")
     ax.set_xticks(ks)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_buckets(lengths: Sequence[int], buckets: Sequence[int], ax=None, title: str | None = None):
+    """Every prompt as a bar (sorted by length), with the bucket it is padded to drawn above it.
+
+    The shaded part of each bar is padding: the picture behind :func:`trnlab.bucket_pad_tokens`.
+    ``buckets`` come from :func:`trnlab.choose_buckets`; returns the figure. Notebook 03's
+    bucket slider (:func:`trnlab.bucket_slider`) redraws it for each ``k``.
+    """
+    import bisect
+
+    import matplotlib.pyplot as plt
+
+    ordered = sorted(int(n) for n in lengths)
+    edges = sorted(int(b) for b in buckets)
+    padded = [edges[min(bisect.bisect_left(edges, n), len(edges) - 1)] for n in ordered]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+    else:
+        fig = ax.figure
+    x = range(len(ordered))
+    ax.bar(x, padded, width=1.0, color="tab:orange", alpha=0.35, label="padding")
+    ax.bar(x, ordered, width=1.0, color="tab:blue", label="prompt tokens")
+    for edge in edges:
+        ax.axhline(edge, color="tab:orange", lw=0.8, ls="--")
+    ax.set(xlabel="prompts, shortest first", ylabel="tokens",
+           title=title or f"{len(edges)} bucket(s): {', '.join(map(str, edges))}")
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -18,6 +18,11 @@ With this plugin:
   ``# NBVAL_CHECK_OUTPUT`` (under ``--nbval-lax`` nbval would then compare nothing).
 * the notebooks run in pytest's own Python environment (``--nbval-current-env``) unless you
   pass ``--nbval-kernel-name``.
+* ``--notebook-env NAME=VALUE[,NAME=VALUE]`` runs every notebook **once more** in the same
+  session, its kernel started with those variables set: ``--notebook-env TRNLAB_DTYPE=bfloat16``
+  is the course's bfloat16 pass. Each such run is its own test file,
+  ``notebooks/02_inference.ipynb[TRNLAB_DTYPE=bfloat16]``, so ``pytest-xdist -n 2 --dist
+  loadfile`` runs it beside the others. Repeat the option for more runs.
 
 The course's ``make test`` uses this same plugin.
 """
@@ -25,10 +30,12 @@ The course's ``make test`` uses this same plugin.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
+from nbval.plugin import IPyNbFile
 
 #: ``(regex, replacement)`` applied to every compared output, in order.
 SANITIZE_PATTERNS = {
@@ -106,7 +113,63 @@ class NotebookRulesError(AssertionError):
 
 
 def _is_notebook_collector(node) -> bool:
-    return type(node).__name__ == "IPyNbFile" and hasattr(node, "skip_compare")
+    return isinstance(node, IPyNbFile) and hasattr(node, "skip_compare")
+
+
+def parse_notebook_env(spec: str) -> dict[str, str]:
+    """``"A=1,B=x"`` -> ``{"A": "1", "B": "x"}``: the variables of one ``--notebook-env`` run."""
+    env = {}
+    for part in spec.split(","):
+        name, sep, value = part.strip().partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise pytest.UsageError(f"--notebook-env {spec!r}: write NAME=VALUE, several joined by commas, "
+                                    "e.g. --notebook-env TRNLAB_DTYPE=bfloat16")
+        env[name] = value
+    return env
+
+
+class NotebookWithEnv(IPyNbFile):
+    """A notebook run once more, its kernel started with :attr:`env` set (``--notebook-env``)."""
+
+    def __init__(self, *args, env: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.env = env
+
+    def setup(self):
+        # The kernel is a child process: it takes a copy of os.environ when it starts.
+        saved = {name: os.environ.get(name) for name in self.env}
+        os.environ.update(self.env)
+        try:
+            super().setup()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def pytest_addoption(parser):
+    parser.getgroup("trnlab").addoption(
+        "--notebook-env", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+        help="run every notebook once more with these variables in its kernel's environment, e.g. "
+             "TRNLAB_DTYPE=bfloat16 (repeat for more runs)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path, parent):
+    outcome = yield
+    specs = parent.config.getoption("notebook_env", default=[])
+    notebooks = [node for node in outcome.get_result() if _is_notebook_collector(node)]
+    if not specs or not notebooks:
+        return
+    runs = []
+    for spec in specs:
+        env = parse_notebook_env(spec)
+        label = ",".join(f"{name}={value}" for name, value in env.items())
+        runs.append(NotebookWithEnv.from_parent(parent, path=file_path, name=f"{file_path.name}[{label}]",
+                                                nodeid=f"{notebooks[0].nodeid}[{label}]", env=env))
+    outcome.force_result(outcome.get_result() + runs)
 
 
 def pytest_configure(config):
@@ -125,6 +188,8 @@ def pytest_collection_modifyitems(session, config, items):
             if "stderr" not in notebook.skip_compare:
                 notebook.skip_compare = notebook.skip_compare + ("stderr",)
     for notebook in notebooks:
+        if isinstance(notebook, NotebookWithEnv):
+            continue  # the committed file is checked once, by its plain run
         first = next(i for i, item in enumerate(items) if item.parent is notebook)
         items.insert(first, NotebookRulesItem.from_parent(notebook, name="trnlab rules"))
 

@@ -101,6 +101,26 @@ def check_tqdm_renders_as_a_widget(page) -> None:
     assert "HBox(children" not in text and "Error displaying widget" not in text, text[-500:]
 
 
+def check_bucket_slider_responds(page) -> None:
+    """Notebook 03's control, in a scratch cell: the slider renders as a widget, and moving it
+    (arrow key on its handle, as a keyboard user would) redraws the line for the new k."""
+    panel(page).locator(".jp-Cell").last.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text("import trnlab\ntrnlab.bucket_slider([4, 9, 17, 30, 41, 95, 96, 150], max_buckets=4, value=2)")
+    page.keyboard.press("Shift+Enter")
+    cell = panel(page).locator(".jp-Cell").filter(has_text="trnlab.bucket_slider(")
+    line = cell.locator(".widget-html-content")
+    line.filter(has_text="2 bucket(s)").wait_for(timeout=60_000)
+    cell.locator(".widget-slider .noUi-handle").first.focus()
+    page.keyboard.press("ArrowRight")
+    line.filter(has_text="3 bucket(s)").wait_for(timeout=30_000)
+    assert cell.locator(".widget-output img, .jp-OutputArea-output img").count() >= 1, "no redrawn picture"
+    text = " ".join(cell.locator(".jp-OutputArea-output").all_text_contents())
+    assert "VBox(children" not in text and "Error displaying widget" not in text, text[-500:]
+
+
 def test_opening_and_saving_every_notebook_changes_nothing(lab, page, shots):
     """JupyterLab once rewrote the kernelspec on open and autosaved. Open every notebook, let its
     kernel start, save: the bytes on disk must stay the committed ones."""
@@ -128,8 +148,8 @@ def test_opening_and_saving_every_notebook_changes_nothing(lab, page, shots):
 
 
 def test_notebook_01_runs_in_the_browser_without_errors(lab, page, shots):
-    """Run All Cells in notebook 01: no error output, the doctor's verdict shown, no news pop-up,
-    and a tqdm bar in a scratch cell renders as a widget."""
+    """Run All Cells in notebook 01: no error output, the doctor's verdict shown, no news pop-up;
+    a tqdm bar in a scratch cell renders as a widget, and notebook 03's bucket slider responds."""
     name = "01_installation_check.ipynb"
     with shots.on_failure("open notebook 01"):
         open_notebook(page, lab, name)
@@ -146,6 +166,8 @@ def test_notebook_01_runs_in_the_browser_without_errors(lab, page, shots):
         assert page.get_by_text(NEWS_PROMPT).count() == 0, "the Jupyter news pop-up is shown"
     with shots.on_failure("scratch cell with a tqdm progress bar"):
         check_tqdm_renders_as_a_widget(page)
+    with shots.on_failure("scratch cell with notebook 03's bucket slider"):
+        check_bucket_slider_responds(page)
     with shots.on_failure("save notebook 01"):
         save(page, lab, name)
     saved = json.loads((lab.notebook_dir / name).read_text())

@@ -5,7 +5,7 @@
 Every rank loads its shard (``DistributedConfig(tp_size, fsdp_size)``, fp32), counts the bytes of
 its local parameter shards, trains one step (forward, backward, one AdamW step) on a random
 micro-batch of its own, then counts parameters, gradients and optimizer state again, and writes
-run/rank<N>.json. ``tests/test_planning.py`` compares the numbers with
+run/rank<N>.json. ``tests/test_distributed.py`` compares the numbers with
 :func:`trnlab.planning.plan_memory`; notebook 05 can show them next to the plan.
 """
 import argparse

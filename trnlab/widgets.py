@@ -1,0 +1,52 @@
+"""Interactive controls for the notebooks (ipywidgets, rendered by JupyterLab).
+
+A control only re-runs cheap, already-computed results, so moving it never starts a compile.
+Notebook 03: :func:`bucket_slider`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from trnlab.buckets import padding_by_bucket_count
+
+
+def bucket_summary(row: dict) -> str:
+    """One line for a row of :func:`trnlab.padding_by_bucket_count`: buckets, pad tokens, waste."""
+    return (f"{row['k']} bucket(s) {', '.join(map(str, row['buckets']))}: {row['pad_tokens']} pad tokens, "
+            f"{100 * row['padding_waste']:.1f}% of the tokens processed, at most {row['k']} prefill graph(s)")
+
+
+def bucket_slider(lengths: Iterable[int], max_buckets: int = 8, value: int = 4):
+    """A slider for the number of buckets ``k``: it shows the best ``k`` buckets for ``lengths``.
+
+    For each ``k`` it prints :func:`bucket_summary` and redraws :func:`trnlab.plots.plot_buckets`
+    (prompts as bars, padding shaded). The best buckets for every ``k`` are computed once, by
+    :func:`trnlab.padding_by_bucket_count`. Returns the ipywidgets ``VBox`` (display it, or
+    leave it as a cell's last line); ``.children[0]`` is the slider, ``.children[1]`` the line.
+    Notebook 03 uses it after the padding-waste curve.
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    from trnlab.plots import plot_buckets
+
+    lengths = list(lengths)
+    rows = padding_by_bucket_count(lengths, max_buckets)
+    slider = widgets.IntSlider(value=min(max(1, value), len(rows)), min=1, max=len(rows), step=1,
+                               description="buckets k", continuous_update=False)
+    summary = widgets.HTML()
+    picture = widgets.Output()
+
+    def show(k: int) -> None:
+        row = rows[k - 1]
+        summary.value = bucket_summary(row)
+        with picture:
+            picture.clear_output(wait=True)
+            fig = plot_buckets(lengths, row["buckets"])
+            plt.show()
+            plt.close(fig)
+
+    slider.observe(lambda change: show(change["new"]), names="value")
+    show(slider.value)
+    return widgets.VBox([slider, summary, picture])
