@@ -36,8 +36,15 @@ def test_notebook_starts_with_its_parameter_cell(path):
     first = _cells(path)[0]
     source = "".join(first["source"])
     assert "parameters" in first["metadata"].get("tags", []), f"{path.name}: tag the first cell 'parameters'"
-    for variable in ("TRNLAB_MODEL", "TRNLAB_DEVICE", "TRNLAB_DTYPE"):
+    for variable in ("TRNLAB_MODEL", "TRNLAB_DEVICE"):
         assert variable in source, f"{path.name}: the parameter cell must read {variable}"
+    if "TRNLAB_DTYPE" not in source:
+        # Then the bfloat16 pass does not run it again (trnlab.pytest_plugin): it must say why,
+        # and really never read the setting, which only load_model/resolve_dtype do.
+        assert "No dtype setting" in source, f"{path.name}: read TRNLAB_DTYPE, or say why not"
+        code = "\n".join("".join(c["source"]) for c in _cells(path, "code"))
+        calls = re.findall(r"load_model\((.*)", code) + re.findall(r"resolve_dtype\((.*)", code)
+        assert calls and all("dtype=" in call for call in calls), f"{path.name}: pass dtype= to {calls}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

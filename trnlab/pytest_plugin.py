@@ -20,7 +20,8 @@ With this plugin:
   pass ``--nbval-kernel-name``.
 * ``--notebook-env NAME=VALUE[,NAME=VALUE]`` runs every notebook **once more** in the same
   session, its kernel started with those variables set: ``--notebook-env TRNLAB_DTYPE=bfloat16``
-  is the course's bfloat16 pass. Each such run is its own test file,
+  is the course's bfloat16 pass. A notebook whose code never names any of the variables is
+  not run again (one skipped item says so). Each such run is its own test file,
   ``notebooks/02_inference.ipynb[TRNLAB_DTYPE=bfloat16]``, so ``pytest-xdist -n 2 --dist
   loadfile`` runs it beside the others. Repeat the option for more runs.
 
@@ -128,14 +129,50 @@ def parse_notebook_env(spec: str) -> dict[str, str]:
     return env
 
 
+def names_in_code(path: str | Path, names) -> set[str]:
+    """Which of ``names`` (environment variables) a notebook's code cells mention."""
+    cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
+    code = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    return {name for name in names if re.search(rf"\b{re.escape(name)}\b", code)}
+
+
+class NotRunAgain(pytest.Item):
+    """Stands for a ``--notebook-env`` run that would repeat the plain one; it is skipped, saying why."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_marker(pytest.mark.skip(
+            reason=f"{self.parent.path.name} never reads {', '.join(sorted(self.parent.env))}: "
+                   "run once more with it, it would repeat its plain run exactly"))
+
+    def runtest(self):  # never called: the item is marked skip
+        pass
+
+    def reportinfo(self):
+        return self.path, 0, self.nodeid  # a skip report needs a line number
+
+
 class NotebookWithEnv(IPyNbFile):
-    """A notebook run once more, its kernel started with :attr:`env` set (``--notebook-env``)."""
+    """A notebook run once more, its kernel started with :attr:`env` set (``--notebook-env``).
+
+    A notebook whose code never names any of the variables is not run again (the course's
+    notebooks read every setting in their parameter cell): one skipped item says so.
+    """
 
     def __init__(self, *args, env: dict[str, str], **kwargs):
         super().__init__(*args, **kwargs)
         self.env = env
+        self.reads_env = bool(names_in_code(self.path, env))
+
+    def collect(self):
+        if self.reads_env:
+            yield from super().collect()
+        else:
+            yield NotRunAgain.from_parent(self, name="not run again")
 
     def setup(self):
+        if not self.reads_env:
+            return
         # The kernel is a child process: it takes a copy of os.environ when it starts.
         saved = {name: os.environ.get(name) for name in self.env}
         os.environ.update(self.env)
