@@ -29,12 +29,10 @@ EXISTING_ENV := $(if $(wildcard $(BIN)/python),$(if $(wildcard $(STAMP)),,yes))
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# --no-compile: pip would byte-compile every file of every package (most of the install time on
-# 2 cores); Python compiles the modules the course imports on first use instead, once.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q --no-compile "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q --no-compile -e .
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e .
 	touch $@
 
 # Prints what an existing environment lacks, one line each: `torch`, `trnlab <why>`, or
@@ -101,7 +99,7 @@ lab: setup
 # tests/browser drives JupyterLab in Chromium (Debian's chromium: apt-get install chromium) with
 # Playwright, installed here when missing (it is the project's `browser` extra).
 browser-deps: setup
-	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q --no-compile "playwright>=1.40"; }
+	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
 
 # One pytest session: unit tests, browser tests, every notebook as committed, and every notebook
 # once more with TRNLAB_DTYPE=bfloat16 (Trainium's numerics), spread over TEST_WORKERS processes
