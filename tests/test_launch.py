@@ -241,6 +241,10 @@ def _assert_all_gone(pid_dir: Path, expected: int):
 def test_a_failing_rank_stops_the_others_and_shows_its_traceback(tmp_path, capsys):
     script = _script(tmp_path, "fail.py", """
         if rank == 1:
+            # only once the others have said they are up: on a loaded machine they start late
+            while not all(os.path.exists(os.path.join(sys.argv[1], f"pid{r}")) for r in (0, 2)):
+                time.sleep(0.05)
+            time.sleep(1)
             raise ValueError("rank 1 raises on purpose")
         time.sleep(120)  # the others would wait for rank 1 forever
     """)
