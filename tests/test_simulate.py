@@ -182,12 +182,12 @@ def test_claim_8_torch_compile_backend_is_neuron():
     assert outside.torch_compile_backend == "inductor"  # the real library again, off Trainium
 
 
-def test_all_decisions_in_a_subprocess_leave_this_process_untouched():
-    decisions = sim.simulated_decisions()
-    assert sorted(decisions) == [1, 3, 6, 7, 8]
+def test_decisions_in_a_subprocess_leave_this_process_untouched():
+    # Claim 1 only: notebook 01's checked cell runs all five this way (in both dtypes), and each
+    # claim is checked in this process above.
+    decisions = sim.simulated_decisions([1])
+    assert sorted(decisions) == [1]
     assert decisions[1] == sim.claim_neuron_device()  # the same text in both processes
-    assert decisions[7].values["device"] == "neuron:0"
-    assert str(decisions[8]).endswith("-> 'neuron'")
     _nothing_left_behind()
     with pytest.raises(ValueError, match=r"claim\(s\) \[2\]"):
         sim.simulated_decisions([2])
