@@ -204,6 +204,11 @@ def neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...]
     return holders
 
 
+def format_core_holders(holders: list[tuple[int, str]]) -> str:
+    """``"PID 4242 (python -m ipykernel_launcher); PID ..."``: :func:`neuron_core_holders` for a message."""
+    return "; ".join(f"PID {pid} ({command or 'unknown command'})" for pid, command in holders)
+
+
 @dataclass
 class DeviceReport:
     """Everything notebook 01 and ``python -m trnlab doctor`` show about this machine."""

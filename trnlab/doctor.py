@@ -17,7 +17,8 @@ import importlib.metadata
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from trnlab.device import DeviceNotAvailableError, DeviceReport, device_report, neuron_core_holders, pick_device
+from trnlab.device import (DeviceNotAvailableError, DeviceReport, device_report, format_core_holders,
+                           neuron_core_holders, pick_device)
 from trnlab.models import MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
 from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_settings
 
@@ -100,8 +101,7 @@ def _cores_check(report: DeviceReport) -> Check | None:
     holders = neuron_core_holders(report.neuron_ls, ignore_pids=(os.getpid(), os.getppid()))
     if not holders:
         return Check("neuron cores", True, "no other process holds a NeuronCore")
-    listed = "; ".join(f"PID {pid} ({command or 'unknown command'})" for pid, command in holders)
-    return Check("neuron cores", False, f"held by {listed}: a process, a notebook kernel too, keeps every "
+    return Check("neuron cores", False, f"held by {format_core_holders(holders)}: a process, a notebook kernel too, keeps every "
                  "NeuronCore it sees until it exits. Shut down that kernel (or `kill` it), or give each "
                  "process its own cores with NEURON_RT_VISIBLE_CORES (e.g. 0-3)")
 

@@ -36,7 +36,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trnlab.device import backend_available, detect_backend, device_count, neuron_core_holders, neuron_ls_output
+from trnlab.device import (backend_available, detect_backend, device_count, format_core_holders,
+                           neuron_core_holders, neuron_ls_output)
 
 #: torch.distributed backend for each device type (Transformers' ``DISTRIBUTED_BACKEND_MAP`` agrees).
 DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
@@ -139,6 +140,13 @@ def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> lis
             f"{nproc} ranks need {nproc} NeuronCores, one each, but only {len(listed)} are given "
             f"({','.join(map(str, listed)) or 'none'}): name more cores, or launch fewer processes.")
     return listed[:nproc]
+
+
+def _planned_rank_cores(plan: ProcessPlan, neuron_cores=None) -> list[int] | None:
+    """The ranks' cores for ``plan``: always on Trainium, elsewhere only when ``neuron_cores`` is given."""
+    if plan.device != "neuron" and neuron_cores is None:
+        return None
+    return rank_neuron_cores(plan.nproc_per_node, neuron_cores, visible=plan.devices_visible)
 
 
 @dataclass
@@ -646,20 +654,17 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
     plan = plan_processes(nproc_per_node, device)
     if tp_size is not None or fsdp_size is not None:
         validate_parallel_sizes(plan.nproc_per_node, tp_size or 1, fsdp_size or 1, model_config=model)
-    if plan.device == "neuron" or neuron_cores is not None:
-        neuron_cores = rank_neuron_cores(plan.nproc_per_node, neuron_cores, visible=plan.devices_visible)
     cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module,
-                           neuron_cores=neuron_cores)
+                           neuron_cores=_planned_rank_cores(plan, neuron_cores))
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
     if plan.device == "neuron":
         holders = neuron_core_holders(neuron_ls_output())
         if holders and echo:
-            listed = "; ".join(f"PID {pid} ({command or 'unknown command'})" for pid, command in holders)
-            print(f"[trnlab] neuron-ls lists processes that hold Neuron devices: {listed}. A process keeps "
-                  f"every NeuronCore it saw until it exits: if a rank cannot initialize the runtime, shut "
-                  f"that one down (a notebook kernel: Kernel > Shut Down Kernel), or pass neuron_cores= "
-                  f"cores it does not hold.", flush=True)
+            print(f"[trnlab] neuron-ls lists processes that hold Neuron devices: {format_core_holders(holders)}. "
+                  "A process keeps every NeuronCore it saw until it exits: if a rank cannot initialize the "
+                  "runtime, shut that one down (a notebook kernel: Kernel > Shut Down Kernel), or pass "
+                  "neuron_cores= cores it does not hold.", flush=True)
     result = _run_launchers([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)
     if check and not result.ok:
         raise LaunchError(result.summary() + (f"\n{result.traceback}" if result.traceback else ""), result)
@@ -752,10 +757,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.tp_size or args.fsdp_size:
                 validate_parallel_sizes(plan.nproc_per_node, args.tp_size or 1, args.fsdp_size or 1,
                                         model_config=args.model)
-            cores = (rank_neuron_cores(plan.nproc_per_node, args.neuron_cores, visible=plan.devices_visible)
-                     if plan.device == "neuron" or args.neuron_cores else None)
             print(shlex.join(torchrun_command(args.script, args.script_args, nproc_per_node=plan.nproc_per_node,
-                                              python="torchrun", tee=False, neuron_cores=cores)))
+                                              python="torchrun", tee=False,
+                                              neuron_cores=_planned_rank_cores(plan, args.neuron_cores))))
             print(f"# {plan}")
             if args.tp_size or args.fsdp_size:
                 from trnlab.planning import format_plan, plan_memory

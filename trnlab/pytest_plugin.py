@@ -34,6 +34,7 @@ import json
 import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from nbval.plugin import IPyNbFile
@@ -174,16 +175,8 @@ class NotebookWithEnv(IPyNbFile):
         if not self.reads_env:
             return
         # The kernel is a child process: it takes a copy of os.environ when it starts.
-        saved = {name: os.environ.get(name) for name in self.env}
-        os.environ.update(self.env)
-        try:
+        with mock.patch.dict(os.environ, self.env):
             super().setup()
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def pytest_addoption(parser):
