@@ -101,20 +101,25 @@ lab: setup
 browser-deps: setup
 	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
 
-# One pytest session: unit tests, browser tests, every notebook as committed, and every notebook
-# once more with TRNLAB_DTYPE=bfloat16 (Trainium's numerics), spread over TEST_WORKERS processes
-# (pytest-xdist; one file or notebook run per worker at a time). On Trainium the notebooks run
-# one at a time: a kernel holds every NeuronCore it sees, so two would block each other.
+# One pytest session: unit tests, browser tests, every notebook as committed (with the course's
+# notebook rules, --trnlab-rules), every notebook once more with TRNLAB_DTYPE=bfloat16 (Trainium's
+# numerics) and once more with another small Qwen3 (OTHER_MODEL, built here in seconds: the checked
+# cells tagged bundled-model then run unchecked, every other one must still hold), spread over
+# TEST_WORKERS processes (pytest-xdist; one file or notebook run per worker at a time). On Trainium
+# the notebooks run one at a time: a kernel holds every NeuronCore it sees, so two would block each other.
 # OMP_NUM_THREADS=1: with two test processes (and torchrun's ranks) on two cores, torch's second
 # CPU thread only waits for a busy core (measured here: 434 s -> 413 s for the whole session).
 TEST_WORKERS ?= 2
+OTHER_MODEL := $(CURDIR)/build/other-qwen3
 test: setup browser-deps
 	@workers=$(TEST_WORKERS); \
 	if [ "$$($(BIN)/python -c 'import trnlab; print(trnlab.detect_backend())' 2>/dev/null)" = neuron ]; then \
 	  workers=0; echo "make test: Neuron device found: one test process, so notebooks never share NeuronCores"; \
 	fi; \
-	set -x; OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax -p no:cacheprovider \
-	  --notebook-env TRNLAB_DTYPE=bfloat16 -n $$workers --dist loadfile --durations=15
+	set -x; $(BIN)/python -m trnlab.assets build --other --overwrite --output "$(OTHER_MODEL)" && \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax --trnlab-rules \
+	  -p no:cacheprovider --notebook-env TRNLAB_DTYPE=bfloat16 --notebook-env "TRNLAB_MODEL=$(OTHER_MODEL)" \
+	  -n $$workers --dist loadfile --durations=15
 
 # Re-execute every notebook in place, so the committed outputs are true; then normalize them
 # (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.

@@ -32,6 +32,7 @@ def test_quick_benchmark_writes_its_report(tmp_path, capsys):
     assert checks["identical_compiled_vs_eager"]  # backend "eager" computes exactly what eager does
     assert checks["bucketed_graphs_within_budget"] and checks["bucketed_graph_budget"] == len(workload["buckets"])
     assert checks["unbucketed_graphs_equal_distinct_shapes"]
+    assert settings["neff_cache"].startswith("on, in ")  # warm by default: nothing empties it
     printed = capsys.readouterr().out
     assert "compiled_bucketed" in printed and f"wrote {output}" in printed
 
@@ -56,3 +57,11 @@ def test_help_exits_cleanly(capsys):
         cli(["bench", "generate", "--help"])
     assert exit_info.value.code == 0
     assert "--compile-prefill" in capsys.readouterr().out
+
+
+def test_the_report_says_whether_the_neff_cache_is_warm_or_off(monkeypatch):
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "/shared/neff")
+    assert bench_generate.neff_cache_state() == "on, in /shared/neff: graphs compiled before are loaded"
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")  # a cold run, set before the process starts
+    assert bench_generate.neff_cache_state().startswith("off (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)")

@@ -1,3 +1,5 @@
+import types
+
 import pytest
 import torch
 
@@ -59,16 +61,118 @@ def test_tracker_reports_when_dynamo_gives_up_recompiling():
     assert quiet.recompile_limit_hits == 0 and "recompile limit" not in quiet.summary()
 
 
-def test_fresh_neff_cache_points_neuron_at_an_empty_folder_and_restores(monkeypatch):
+def test_fresh_neff_cache_is_deprecated_and_still_restores_the_variable(monkeypatch):
     import os
 
     import trnlab
 
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache")
-    with trnlab.fresh_neff_cache() as folder:
-        assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == folder and os.listdir(folder) == []
-        open(os.path.join(folder, "graph.neff"), "w").close()
+    with pytest.warns(FutureWarning, match=r"trnlab.fresh_neff_cache is deprecated .*cold_neff_cache_env\(\)"):
+        with trnlab.fresh_neff_cache() as folder:
+            assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == folder and os.listdir(folder) == []
     assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == "/tmp/neff_cache" and not os.path.exists(folder)
     monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR")
-    with trnlab.fresh_neff_cache(enabled=False) as nothing:
+    with pytest.warns(FutureWarning), trnlab.fresh_neff_cache(enabled=False) as nothing:
         assert nothing is None and "TORCH_NEURONX_NEFF_CACHE_DIR" not in os.environ
+
+
+def test_cold_neff_cache_env_turns_torchneuron_s_disk_cache_off_for_a_new_process():
+    import os
+    import subprocess
+    import sys
+
+    import trnlab
+
+    env = trnlab.cold_neff_cache_env()
+    assert env == {"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"}
+    assert "TORCH_NEURONX_NEFF_DISABLE_CACHE" not in os.environ  # this process is left warm
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ['TORCH_NEURONX_NEFF_DISABLE_CACHE'])"],
+                           env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "1"
+
+
+def test_a_tracker_refuses_to_nest_in_itself_and_to_be_read_before_its_block():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x + 1, backend="eager", dynamic=False)
+    tracker = CompileTracker()
+    for read in (lambda: tracker.graphs, lambda: tracker.compile_seconds, lambda: tracker.neuron_graphs,
+                 lambda: tracker.recompile_limit_hits, lambda: tracker.summary()):
+        with pytest.raises(RuntimeError, match="read before the tracker's with block"):
+            read()
+    with pytest.raises(RuntimeError, match=r"only inside the tracker's with block"):
+        with tracker.call():
+            pass
+    with tracker:
+        f(torch.ones(2))
+        with pytest.raises(RuntimeError, match="already inside its with block.*second CompileTracker"):
+            with tracker:
+                pass
+        with CompileTracker() as inner:  # a different tracker nests freely
+            f(torch.ones(3))
+            f(torch.ones(4))
+    assert (tracker.graphs, inner.graphs) == (3, 2)
+    with pytest.raises(RuntimeError, match="only inside"):
+        with tracker.call():
+            pass
+
+
+def test_a_tracker_entered_again_measures_only_its_new_block():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x - 1, backend="eager", dynamic=False)
+    tracker = CompileTracker()
+    with tracker:
+        with tracker.call("first"):
+            f(torch.ones(2))
+    assert tracker.graphs == 1 and len(tracker.calls) == 1
+    with tracker:
+        for n in (3, 4, 3):
+            with tracker.call(f"n={n}"):
+                f(torch.ones(n))
+    assert tracker.graphs == 2
+    assert [c.label for c in tracker.calls] == ["n=3", "n=4", "n=3"] and [c.new_graphs for c in tracker.calls] == [1, 1, 0]
+
+
+def test_reset_compile_state_still_works_and_names_its_new_name():
+    import trnlab
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 3, backend="eager", dynamic=False)
+    f(torch.ones(2))
+    model = types.SimpleNamespace(_previous_max_cache_length=12)
+    with pytest.warns(FutureWarning, match="trnlab.reset_compile_state is deprecated .* write "
+                                           r"trnlab.forget_compiled_graphs\(model\) instead"):
+        trnlab.reset_compile_state(model)
+    assert "_previous_max_cache_length" not in vars(model)
+    with CompileTracker() as tracker:
+        f(torch.ones(2))  # compiled again: the reset dropped it
+    assert tracker.graphs == 1
+    assert "reset_compile_state" not in trnlab.__all__
+
+
+def test_recompile_log_collects_why_a_graph_recompiled():
+    import trnlab
+    from trnlab import compat
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x.cos(), backend="eager", dynamic=False)
+    torch._logging.set_logs(recompiles=True)
+    try:
+        with trnlab.recompile_log() as log:
+            f(torch.ones(2))
+            f(torch.ones(5))
+    finally:
+        torch._logging.set_logs()
+    assert len(log) == 1 and log[0].startswith("Recompiling function")
+    assert "size mismatch at index 0. expected 2, actual 5" in log[0]
+    assert compat.dynamo_recompiles_logger().propagate  # restored
+    with pytest.warns(UserWarning, match=r"recompile log is off.*set_logs\(recompiles=True\)"):
+        with trnlab.recompile_log() as quiet:
+            f(torch.ones(7))
+    assert quiet == []
+
+
+def test_recompile_log_hides_machine_paths():
+    from trnlab.compile_tracking import _shorten_paths
+
+    text = "Recompiling function f in /home/me/.venv/lib/python3.11/site-packages/transformers/x.py:121"
+    assert _shorten_paths(text) == "Recompiling function f in <site-packages>/transformers/x.py:121"

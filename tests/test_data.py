@@ -174,3 +174,30 @@ def test_collator_with_one_length_pads_shorter_rows_and_refuses_longer_ones():
     too_long = [{k: torch.arange(5) for k in ("input_ids", "attention_mask", "labels")}]
     with pytest.raises(ValueError, match="a row has 5 tokens, more than the largest allowed length 4"):
         collator(too_long)
+
+
+def test_strategy_dataset_shapes_each_strategy(tokenizer, texts):
+    shapes = {}
+    for strategy in data.STRATEGIES:
+        dataset, collator = data.strategy_dataset(strategy, tokenizer, texts, 128)
+        shapes[strategy] = data.batch_shapes(data.batches(dataset, collator, 4))
+    assert len(shapes["dynamic"]) > 2
+    assert data.default_buckets(128) == (64, 96, 128)
+    assert 1 <= len(shapes["buckets"]) <= 3 and {s[1] for s in shapes["buckets"]} <= {64, 96, 128}
+    assert shapes["fixed"] == [(4, 128)] and shapes["packed"] == [(4, 128)]
+    dataset, collator = data.strategy_dataset("buckets", tokenizer, texts, 128, buckets=[100, 128])
+    assert collator.lengths == (100, 128)
+
+
+def test_strategy_dataset_refuses_empty_or_misplaced_buckets(tokenizer, texts):
+    # An empty list used to fall back to the default buckets without a word.
+    with pytest.raises(ValueError, match=r"buckets is empty: pass the bucket lengths.*e\.g\. buckets=\(24, 36, 48\)"):
+        data.strategy_dataset("buckets", tokenizer, texts, 48, buckets=[])
+    with pytest.raises(ValueError, match="buckets is empty"):
+        data.strategy_dataset("buckets", tokenizer, texts, 48, buckets=())
+    with pytest.raises(ValueError, match=r"largest bucket must be the length rows are truncated to \(48\)"):
+        data.strategy_dataset("buckets", tokenizer, texts, 48, buckets=[24, 32])
+    with pytest.raises(ValueError, match="buckets only shape the 'buckets' strategy, not 'fixed'"):
+        data.strategy_dataset("fixed", tokenizer, texts, 48, buckets=[24, 48])
+    with pytest.raises(ValueError, match="unknown strategy 'sorted': use one of dynamic, buckets, fixed, packed"):
+        data.strategy_dataset("sorted", tokenizer, texts, 48, buckets=[])

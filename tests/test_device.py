@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -167,3 +168,100 @@ def test_doctor_names_the_process_that_holds_the_cores():
     assert "PID 4242 (python -m ipykernel_launcher)" in check.detail and "NEURON_RT_VISIBLE_CORES" in check.detail
     report.neuron_ls = None  # no neuron-ls on this machine: no such check
     assert all(c.name != "neuron cores" for c in doctor.run_checks(report))
+
+
+def test_accelerator_memory_on_cpu_says_there_is_no_counter():
+    assert trnlab.accelerator_memory("cpu") is None
+    assert trnlab.accelerator_memory(torch.device("cpu")) is None
+    text = trnlab.format_accelerator_memory("cpu")
+    assert text.startswith("cpu: the CPU has no such counter") and "torch.accelerator.memory_allocated" in text
+
+
+@pytest.mark.parametrize("backend", ["cuda", "neuron"])
+def test_accelerator_memory_reads_torch_accelerator(monkeypatch, backend):
+    asked = []
+    monkeypatch.setattr(dev, "current_accelerator", lambda: backend)
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 1)
+    monkeypatch.setattr(torch.accelerator, "memory_allocated", lambda i: asked.append(i) or 3 * 2**20)
+    monkeypatch.setattr(torch.accelerator, "max_memory_allocated", lambda i: asked.append(i) or 5 * 2**30)
+    assert trnlab.accelerator_memory(f"{backend}:2") == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
+    assert asked == [2, 2]
+    assert trnlab.accelerator_memory(backend) == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
+    assert asked[2:] == [1, 1]  # no index: the current device
+    assert trnlab.format_accelerator_memory(f"{backend}:0") == (
+        f"{backend}:0: 3.0 MiB allocated by tensors now, 5.00 GiB at most so far "
+        "(torch.accelerator.memory_allocated / max_memory_allocated)")
+    other = "cuda" if backend == "neuron" else "neuron"
+    with pytest.raises(ValueError, match=f"{other}:0 is not this process's accelerator \\({backend}\\)"):
+        trnlab.accelerator_memory(f"{other}:0")
+
+
+def _setup_output(capsys, device=None):
+    from trnlab import notebook
+
+    chosen = notebook.setup(device)
+    return chosen, capsys.readouterr().out
+
+
+def test_setup_without_neuron_says_so_in_one_line(no_accelerator, monkeypatch, capsys):
+    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: None)
+    chosen, out = _setup_output(capsys, "cpu")
+    assert chosen == torch.device("cpu")
+    lines = [line for line in out.splitlines() if line.startswith("NeuronCores")]
+    assert lines == ["NeuronCores: none on this machine (no neuron-ls, no neuron device). On a trn2, setup() "
+                     "lists here the processes that hold NeuronCores and how to release them."]
+
+
+def test_setup_on_neuron_names_the_processes_holding_cores(fake_neuron, monkeypatch, capsys):
+    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: NEURON_LS_WITH_PROCESSES)
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    chosen, out = _setup_output(capsys)
+    assert chosen == torch.device("neuron", 0)
+    notice = next(line for line in out.splitlines() if line.startswith("NeuronCores"))
+    assert notice.startswith("NeuronCores: held by PID 4242 (python -m ipykernel_launcher); PID 4343 "
+                             "(python train.py) (neuron-ls); this kernel (PID ")
+    for advice in ("Neuron runtime cannot be initialized", "Shut Down Kernel", "kill <PID>",
+                   "NEURON_RT_VISIBLE_CORES set before each kernel starts"):
+        assert advice in notice, advice
+    # This kernel itself is never reported as another holder; its own cores are named when limited.
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "2-3")
+    own = dev.core_holders_notice(NEURON_LS_WITH_PROCESSES, "neuron", own_pid=4242)
+    assert own.startswith("NeuronCores: held by PID 4343 (python train.py) (neuron-ls); this kernel "
+                          "(PID 4242) sees NeuronCores 2-3 (NEURON_RT_VISIBLE_CORES).")
+    free = dev.core_holders_notice(NEURON_LS_WITH_PROCESSES.replace("4343", "4242"), "neuron", own_pid=4242)
+    assert free.startswith("NeuronCores: no other process holds one (neuron-ls)")
+    assert "neuron-ls is not on PATH" in dev.core_holders_notice(None, "neuron")
+
+
+def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, capsys):
+    from trnlab import notebook
+
+    monkeypatch.setattr(notebook, "_run", {})
+    with pytest.raises(RuntimeError, match=r"call trnlab.setup\(\) at the top of the notebook first"):
+        trnlab.run_summary()
+    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: None)
+    add = torch.compile(lambda x: x + 1, backend="eager", dynamic=False)
+    add(torch.ones(1))  # compiled before setup: not this notebook's
+    notebook.setup("cpu")
+    add(torch.ones(2)), add(torch.ones(3)), add(torch.ones(3))
+    first, second, *more = trnlab.run_summary().splitlines()
+    assert re.fullmatch(r"this notebook compiled 2 graph\(s\) in \d+ s on cpu", first), first
+    assert second.startswith("on a trn2: each graph is a neuronx-cc compilation to a NEFF")
+    assert "an estimate, from the Neuron docs" in second and "several minutes for large models" in second
+    assert more == []  # no NEFF line off Neuron
+
+
+def test_run_summary_on_neuron_counts_neffs(fake_neuron, monkeypatch, capsys):
+    from trnlab import notebook
+
+    metrics = [{"graph": "g0"}]
+    fake_neuron.get_dynamo_metrics = lambda: list(metrics)
+    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: None)
+    notebook.setup()
+    metrics += [{"graph": "g1"}, {"graph": "g2"}]
+    lines = trnlab.run_summary().splitlines()
+    assert lines[0].endswith("on neuron:0")
+    assert lines[2] == "torch.neuron.get_dynamo_metrics(): 2 NEFF(s) compiled since setup()"
+    del metrics[:]
+    assert trnlab.run_summary().splitlines()[2] == ("torch.neuron.get_dynamo_metrics(): 0 NEFF(s) compiled "
+                                                    "since torch.neuron.reset_dynamo_metrics() was last called")

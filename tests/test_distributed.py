@@ -57,9 +57,56 @@ def test_pad_vocabulary_keeps_an_already_divisible_model(tmp_path):
     # The bundled vocabulary (761) does not divide by 64, so it is padded to 768; that copy
     # already divides, so padding it again must hand it back untouched and write nothing.
     padded = td.pad_vocabulary(trnlab.model_name(), tmp_path / "padded", multiple=64)
-    assert padded == str(tmp_path / "padded") and trnlab.load_config(padded).vocab_size % 64 == 0
+    assert padded == str(tmp_path / "padded") and trnlab.load_config(padded).vocab_size == 768
     assert td.pad_vocabulary(padded, tmp_path / "copy", multiple=64) == padded
     assert not (tmp_path / "copy").exists()
+
+
+@pytest.mark.parametrize("multiple", [0, -64, 2.5, True, "64"])
+def test_pad_vocabulary_refuses_a_multiple_that_is_not_a_positive_whole_number(tmp_path, multiple):
+    with pytest.raises(ValueError, match=r"multiple must be a positive whole number.*never cut"):
+        td.pad_vocabulary(None, tmp_path / "padded", multiple=multiple)
+    assert not (tmp_path / "padded").exists()  # refused before anything was loaded or written
+
+
+def test_pad_vocabulary_never_shrinks_and_the_new_rows_are_sampled_not_the_mean(tmp_path, capsys):
+    original = trnlab.load_model(None, device="cpu", dtype=torch.float32)
+    old_rows = original.get_input_embeddings().weight.detach()
+    padded = td.pad_vocabulary(None, tmp_path / "padded", multiple=5)  # 761 -> 765, never 760
+    assert "vocabulary padded from 761 to 765 rows (a multiple of 5)" in capsys.readouterr().out
+    rows = trnlab.load_model(padded, device="cpu", dtype=torch.float32).get_input_embeddings().weight.detach()
+    assert rows.shape == (765, old_rows.shape[1]) and torch.equal(rows[:761], old_rows)
+    new = rows[761:]
+    assert not torch.allclose(new, old_rows.mean(0).expand_as(new))  # drawn from a normal, not the mean
+    assert len({tuple(r.tolist()) for r in new}) == 4                 # four different rows
+    assert td.pad_vocabulary(None, tmp_path / "again", multiple=5) == str(tmp_path / "again")
+    again = trnlab.load_model(tmp_path / "again", device="cpu", dtype=torch.float32)
+    assert torch.equal(again.get_input_embeddings().weight.detach(), rows)  # seeded: the same rows
+
+
+def test_pad_vocabulary_never_overwrites_a_model_unless_told(tmp_path, capsys):
+    folder = td.pad_vocabulary(None, tmp_path / "padded", multiple=64)
+    before = (tmp_path / "padded" / "model.safetensors").read_bytes()
+    with pytest.raises(FileExistsError, match=r"already holds config.json.*overwrite=True"):
+        td.pad_vocabulary(None, folder, multiple=100)
+    assert (tmp_path / "padded" / "model.safetensors").read_bytes() == before
+    assert trnlab.load_config(folder).vocab_size == 768
+    capsys.readouterr()
+    assert td.pad_vocabulary(None, folder, multiple=100, overwrite=True) == folder
+    assert trnlab.load_config(folder).vocab_size == 800  # told to: replaced
+    assert "vocabulary padded from 761 to 800 rows" in capsys.readouterr().out
+
+
+def test_pad_vocabulary_refuses_a_file_and_the_bundled_model(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    with pytest.raises(FileExistsError, match="is a file, not a folder"):
+        td.pad_vocabulary(None, target)
+    assert target.read_text() == "keep me"
+    with pytest.raises(FileExistsError, match="bundled model"):
+        td.pad_vocabulary(None, trnlab.model_name(), overwrite=True)
+    (tmp_path / "empty").mkdir()  # an empty folder is fine
+    assert trnlab.load_config(td.pad_vocabulary(None, tmp_path / "empty")).vocab_size == 768
 
 
 def test_trainer_path_is_a_working_trainer(tmp_path):
@@ -73,6 +120,32 @@ def test_trainer_path_is_a_working_trainer(tmp_path):
     assert trainer.args.lr_scheduler_type == "constant" and trainer.args.dataloader_drop_last
     batch = next(iter(trainer.get_train_dataloader()))
     assert tuple(batch["input_ids"].shape) == (2, 32)  # this rank's half of the global batch
+
+
+def test_load_sharded_model_is_deprecated_and_still_loads_with_the_distributed_config(monkeypatch):
+    import trnlab.models
+
+    calls, plain = [], trnlab.models.load_model(None, device="cpu", dtype=torch.float32)
+    monkeypatch.setattr(trnlab.models, "load_model", lambda name, **kwargs: calls.append((name, kwargs)) or plain)
+    with pytest.warns(FutureWarning, match=r"load_sharded_model is deprecated and will be removed in trnlab 0.3: "
+                                           r"write AutoModelForCausalLM.from_pretrained\(name, dtype=torch.float32, "
+                                           r"distributed_config=DistributedConfig\(tp_size=2, fsdp_size=2\)\)"):
+        model = td.load_sharded_model("some/model", tp_size=2, fsdp_size=1)
+    (name, kwargs), = calls
+    assert name == "some/model" and kwargs["dtype"] == torch.float32 and model.training
+    assert (kwargs["distributed_config"].tp_size, kwargs["distributed_config"].fsdp_size) == (2, 1)
+
+
+def test_train_sharded_is_deprecated_and_still_trains(monkeypatch, tmp_path):
+    model = trnlab.load_model(None, device="cpu", dtype=torch.float32).train()
+    before = model.lm_head.weight.detach().clone()
+    dataset = data.packed_dataset(trnlab.load_tokenizer(), data.training_texts(8), 32)
+    monkeypatch.setattr(td, "mesh_position", lambda model: {"fsdp_size": 1})  # one process stands in for a rank
+    with pytest.warns(FutureWarning, match=r"train_sharded is deprecated.*write Trainer\(model=model, "
+                                           r"args=TrainingArguments\(...\), train_dataset=dataset\).train\(\)"):
+        run = td.train_sharded(model, dataset, steps=2, batch_size=2, output_dir=tmp_path, log=lambda line: None)
+    assert run.path == "Trainer" and len(run.losses) == 2 and all(loss > 0 for loss in run.losses)
+    assert not torch.equal(model.lm_head.weight.detach(), before)  # two optimizer steps changed the weights
 
 
 # ------------------------------------------------------------------ one real sharded run
@@ -111,12 +184,17 @@ def reference(sharded_run):
 def test_every_rank_ran_on_the_2x2_mesh_and_says_which_training_path(sharded_run):
     ranks = sharded_run["run"]["ranks"]
     assert [(r["rank"], r["fsdp"], r["tp"]) for r in ranks] == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
-    run = sharded_run["run"]
-    # On CPU Accelerate refuses the sharded model as it is; Trainer trains it through the shim.
-    assert run["path"] == "Trainer, CPU mesh as multi-device"
-    assert "DistributedType.MULTI_CPU" in run["reason"] and "cpu_mesh_as_multi_device" in run["reason"]
-    assert all(line == "trained with Trainer, CPU mesh as multi-device"
-               for r in range(4) for line in sharded_run["result"].lines(r) if line.startswith("trained"))
+    # On CPU Accelerate refuses the sharded model as it is (its own words, recorded by the script);
+    # the script then builds the Trainer inside the shim, and every rank says so.
+    assert "ParallelismConfig" in sharded_run["run"]["refusal"]
+    assert "DistributedType.MULTI_CPU" in sharded_run["run"]["refusal"]
+    trained = [line for r in range(4) for line in sharded_run["result"].lines(r) if line.startswith("trained")]
+    assert trained == ["trained with Trainer (CPU mesh: built inside compat.cpu_mesh_as_multi_device)"] * 4
+
+
+def test_the_ranks_call_no_deprecated_helper(sharded_run):
+    lines = [line for r in range(4) for line in sharded_run["result"].lines(r)]
+    assert not [line for line in lines if "FutureWarning" in line or "is deprecated" in line]
 
 
 def test_sharded_loss_equals_one_process_loss_on_the_same_batch(sharded_run, reference):

@@ -93,7 +93,7 @@ def test_shape_buckets_normalise_and_validate():
     assert buckets.bucket_for(17) == 32
     with pytest.raises(TypeError, match="sequence of bucket lengths"):
         trnlab.ShapeBuckets(64, 8)
-    with pytest.raises(ValueError, match="buckets is empty: pass at least one length"):
+    with pytest.raises(ValueError, match=r"buckets is empty: pass at least one bucket length .*choose_buckets"):
         trnlab.ShapeBuckets((), 8)
     with pytest.raises(ValueError, match="positive integers"):
         trnlab.ShapeBuckets((0, 8), 8)
@@ -275,6 +275,16 @@ def test_time_generation_reports_first_and_steady_calls(model, tokenizer):
                               cache_implementation="static", disable_compile=True)
     assert row["graphs"] == 0 and row["new_tokens"] == 4 and row["label"] == "eager"
     assert row["first_call_seconds"] > 0 and row["steady_tokens_per_second"] > 0
+    assert len(row["steady_call_seconds"]) == 2 and row["steady_seconds"] == pytest.approx(
+        sorted(row["steady_call_seconds"])[0] / 2 + sorted(row["steady_call_seconds"])[1] / 2)
+
+
+def test_timings_differ_only_beyond_the_spread():
+    assert trnlab.timings_differ([0.10, 0.12, 0.11], [0.20, 0.25]) is True
+    assert trnlab.timings_differ([0.30, 0.31], [0.10, 0.12]) is True
+    assert trnlab.timings_differ([0.10, 0.21], [0.20, 0.25]) is False  # overlapping: noise
+    with pytest.raises(ValueError, match="at least one time on each side"):
+        trnlab.timings_differ([], [0.1])
 
 
 def test_plots_draw_what_they_are_given():
@@ -342,7 +352,7 @@ def test_a_bare_string_is_one_prompt_not_one_per_character(model, tokenizer):
 
 
 @pytest.mark.parametrize("lengths, message", [
-    ([], "prompt lengths is empty: pass at least one length"),
+    ([], r"prompt lengths is empty: pass the token counts of your prompts \(a sample of them will do\)"),
     ([3, 0], r"positive integers \(token counts\), got \[0\]"),
     ([3, 2.5], r"got \[2.5\]"),
     ([True], r"got \[True\]"),
@@ -366,11 +376,58 @@ def test_lengths_may_be_numpy_integers_and_strings_are_refused():
 def test_empty_buckets_are_refused_the_same_way_everywhere():
     for call in (lambda: trnlab.bucket_for(5, []), lambda: trnlab.bucket_pad_tokens([5], []),
                  lambda: trnlab.ShapeBuckets([], 4)):
-        with pytest.raises(ValueError, match="buckets is empty: pass at least one length"):
+        with pytest.raises(ValueError, match=r"buckets is empty: pass at least one bucket length \(padded prompt "
+                                             r"lengths in tokens\), e.g. \(32, 64, 128\), or let "
+                                             r"trnlab.choose_buckets\(prompt_lengths, k\)") as error:
             call()
+        assert "sample of your prompts" not in str(error.value)  # that is what choose_buckets takes
 
 
 def test_first_sentence_keeps_the_stated_fact():
     assert trnlab.first_sentence(" that butter must be churned. Inspectors visit") == "that butter must be churned."
     assert trnlab.first_sentence("Is it? Yes.") == "Is it?"
     assert trnlab.first_sentence("no end here ") == "no end here"
+
+
+# ----------------------------------------------------------------------------- renamed names (trnlab 0.1)
+
+
+def test_old_bucket_names_still_work_and_name_their_new_names():
+    with pytest.warns(FutureWarning, match=r"trnlab.bucket_padding_tokens is deprecated and will be removed in "
+                                           r"trnlab 0.3: write trnlab.bucket_pad_tokens\(lengths, buckets\) instead"):
+        assert trnlab.bucket_padding_tokens([1, 8, 9, 32], (8, 16, 32)) == 7 + 0 + 7 + 0
+    with pytest.warns(FutureWarning, match=r"trnlab.waste_by_bucket_count is deprecated .*"
+                                           r"write trnlab.padding_by_bucket_count\(lengths, max_k\)"):
+        rows = trnlab.waste_by_bucket_count([4, 9, 30], 2)
+    new = trnlab.padding_by_bucket_count([4, 9, 30], 2)
+    assert [r["buckets"] for r in rows] == [r["buckets"] for r in new] == [(30,), (9, 30)]
+    # the old row keys keep working next to the new ones
+    assert [(r["padded_tokens"], r["waste_fraction"]) for r in rows] == [(r["pad_tokens"], r["padding_waste"])
+                                                                         for r in new]
+    assert not {"bucket_padding_tokens", "waste_by_bucket_count"} & set(trnlab.__all__)
+
+
+def test_choose_buckets_max_length_is_the_old_name_of_max_positions():
+    with pytest.warns(FutureWarning, match=r"trnlab.choose_buckets\(max_length=...\) is deprecated .*"
+                                           r"write choose_buckets\(..., max_positions=...\) instead"):
+        assert trnlab.choose_buckets([100, 512], 2, max_length=512) == (100, 512)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="max_position_embeddings"):
+        trnlab.choose_buckets([100, 600], 2, max_length=512)
+    with pytest.raises(TypeError, match="pass max_positions only"):
+        trnlab.choose_buckets([100], 1, max_positions=512, max_length=512)
+
+
+def test_names_that_lived_in_trnlab_generation_still_import_from_there():
+    import warnings
+
+    with pytest.warns(FutureWarning, match="trnlab.generation.choose_buckets is deprecated .* write "
+                                           "trnlab.choose_buckets instead"):
+        from trnlab.generation import choose_buckets
+    assert choose_buckets is trnlab.choose_buckets
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from trnlab.generation import bucket_padding_tokens  # renamed: warns when called, not on import
+    with pytest.warns(FutureWarning, match="write trnlab.bucket_pad_tokens"):
+        assert bucket_padding_tokens([3], [4]) == 1
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        gen.no_such_name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_rank_neuron_cores_gives_each_rank_one_core_of_the_allowed_ones(monkeypa
 def test_torchrun_command_starts_each_rank_through_rank_cores():
     cmd = tl.torchrun_command("train.py", ["--out", "run"], nproc_per_node=2, python="torchrun", tee=False,
                               neuron_cores="4-7")
-    assert shlex.join(cmd) == ("torchrun --standalone --nproc-per-node=2 -m trnlab.rank_cores 4,5 "
+    assert shlex.join(cmd) == ("torchrun --standalone --nproc-per-node=2 -m trnlab.rank_cores 4-5 "
                                "train.py --out run")
     module = tl.torchrun_command("pkg.train", nproc_per_node=1, module=True, python="torchrun", tee=False,
                                  neuron_cores=[3])
@@ -83,8 +84,28 @@ def test_rank_cores_refuses_to_run_outside_torchrun(tmp_path):
         rank_cores.core_for_this_rank("4,5", None)
     with pytest.raises(SystemExit, match=r"local rank 2 has no core: '4,5' names 2"):
         rank_cores.core_for_this_rank("4,5", "2")
-    with pytest.raises(SystemExit, match="is not a list of core numbers"):
-        rank_cores.core_for_this_rank("4-5", "0")
+    assert rank_cores.core_for_this_rank("4-5", "1") == "5"  # the same grammar as --neuron-cores
+    with pytest.raises(SystemExit, match="CORES='4,x' is not a core list: use e.g. '0-3'"):
+        rank_cores.core_for_this_rank("4,x", "0")
+    with pytest.raises(SystemExit, match="CORES='1,1' names core 1 twice"):
+        rank_cores.core_for_this_rank("1,1", "0")
+
+
+def test_one_core_list_parser_for_rank_cores_launch_and_the_runtime_variable(monkeypatch):
+    from trnlab import rank_cores
+
+    assert rank_cores.parse_core_list("0,1,4-5") == tl.parse_neuron_cores("0,1,4-5") == [0, 1, 4, 5]
+    assert rank_cores.format_core_list([4, 5, 6, 7, 9, 11, 12]) == "4-7,9,11-12"
+    for duplicated in ("1,1", "0-3,2"):
+        with pytest.raises(rank_cores.CoreListError, match="twice"):
+            rank_cores.parse_core_list(duplicated)
+        with pytest.raises(LaunchConfigError, match="twice"):
+            tl.rank_neuron_cores(2, duplicated)  # a string now refuses like a list [1, 1] does
+    with pytest.raises(LaunchConfigError, match="give core numbers"):
+        tl.rank_neuron_cores(2, ["0", "1"])
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "2,2")
+    with pytest.raises(LaunchConfigError, match="NEURON_RT_VISIBLE_CORES='2,2' names core 2 twice"):
+        tl.visible_neuron_cores()
 
 
 # ------------------------------------------------------------------ validation
@@ -209,6 +230,131 @@ def test_cli_dry_run_prints_the_scale_out_commands(capsys):
     assert "launch 6 processes" in capsys.readouterr().err
 
 
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Fail the test if any process is started (bad input must be refused before that)."""
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"a process was started: {a}"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dry-run", "--nnodes", "0"], "--nnodes 0: give the number of nodes, 1 or more"),
+    (["--dry-run", "--nnodes", "-3"], "--nnodes -3: give the number of nodes"),
+    (["--nnodes", "0"], "--nnodes 0: give the number of nodes"),
+    (["--slurm", "--nnodes", "0"], "--nnodes 0: give the number of nodes"),
+    (["--dry-run", "--tp-size", "0"], "tp_size=0: every parallel size is a whole number >= 1"),
+    (["--dry-run", "--tp-size", "2", "--fsdp-size", "-1"], "fsdp_size=-1: every parallel size"),
+    (["--tp-size", "0", "--nproc-per-node", "1"], "tp_size=0: every parallel size"),
+    (["--dry-run", "--nproc-per-node", "0"], "--nproc-per-node 0: give 1 or more"),
+    (["--dry-run", "--nnodes", "2"], "a multi-node run needs --nproc-per-node"),
+    (["--slurm", "--nnodes", "2", "--instance", "trn1.32xlarge", "--nproc-per-node", "32"],
+     "trn1.32xlarge: trn1 .* has no native `neuron` device"),
+    (["--slurm", "--nnodes", "2", "--nproc-per-node", "128"],
+     "nproc_per_node=128: a trn2.48xlarge node has 64 NeuronCores"),
+    (["--slurm", "--nnodes", "2", "--neuron-cores", "60-67"], "names core 67, but a trn2.48xlarge node has cores 0-63"),
+    (["--dry-run", "--neuron-cores", "1,1"], "names core 1 twice"),
+    (["--timeout", "0", "--nproc-per-node", "1"], "timeout=0.0: give a number of seconds > 0"),
+    (["--dry-run", "--tp-size", "2", "--model", "/nonexistent/model"], "cannot check the mesh against model"),
+])
+def test_cli_refuses_bad_counts_before_anything_starts(argv, message, nothing_starts, no_accelerator, capsys):
+    from trnlab.__main__ import main
+
+    assert main(["launch", *argv, "train.py"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no command, no script printed
+    assert re.search(message, captured.err), captured.err
+    assert captured.err.startswith("error: ") and "Traceback" not in captured.err
+
+
+def test_python_api_refuses_the_same_bad_counts(nothing_starts):
+    with pytest.raises(LaunchConfigError, match="node_rank=2 with nnodes=2: node ranks run from 0 to 1"):
+        tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2, node_rank=2, rdzv_endpoint="h:1")
+    with pytest.raises(LaunchConfigError, match="node_rank=-1"):
+        tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2, node_rank=-1, rdzv_endpoint="h:1")
+    with pytest.raises(LaunchConfigError, match="nnodes=0: give a whole number of nodes >= 1"):
+        tl.slurm_script("t.py", nnodes=0)
+    with pytest.raises(LaunchConfigError, match="trn1"):
+        tl.slurm_script("t.py", nnodes=2, instance="trn1.32xlarge", nproc_per_node=32)
+    with pytest.raises(LaunchConfigError, match="trn2.48xlarge node has 64 NeuronCores"):
+        tl.slurm_script("t.py", nnodes=2, nproc_per_node=128)
+    assert "--nproc-per-node=4 " in tl.slurm_script("t.py", nnodes=1, instance="trn2.3xlarge", nproc_per_node=4)
+    with pytest.raises(LaunchConfigError, match="tp_size=0"):
+        tl.launch("t.py", tp_size=0, device="cpu")
+    for timeout in (0, -5, "600"):
+        with pytest.raises(LaunchConfigError, match=f"timeout={timeout!r}: give a number of seconds > 0"):
+            tl.launch("t.py", nproc_per_node=1, device="cpu", timeout=timeout)
+
+
+def test_neuron_cores_apply_on_every_node_and_in_the_slurm_script(tmp_path, capsys):
+    from trnlab.__main__ import main
+
+    assert main(["launch", "--dry-run", "--nnodes", "2", "--nproc-per-node", "2", "--neuron-cores", "4-7",
+                 "--rdzv-endpoint", "node0:29500", "train.py"]) == 0
+    out = capsys.readouterr().out
+    for node in (0, 1):
+        assert (f"torchrun --nnodes=2 --node-rank={node} --master-addr=node0 --master-port=29500 "
+                f"--nproc-per-node=2 -m trnlab.rank_cores 4-5 train.py") in out
+    script = tl.slurm_script("train.py", ["--steps", "3"], nnodes=2, neuron_cores="0-31")
+    assert "--nproc-per-node=32" in script  # one process per named core, not the node's 64
+    assert script.rstrip().endswith("torchrun-on-node -m trnlab.rank_cores 0-31 train.py --steps 3")
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    assert main(["launch", "--slurm", "--nnodes", "2", "--neuron-cores", "0-31", "train.py"]) == 0
+    assert capsys.readouterr().out == tl.slurm_script("train.py", nnodes=2, neuron_cores="0-31")
+
+
+def test_dry_run_checks_a_shipped_model_offline_like_plan(monkeypatch, capsys, nothing_starts, no_accelerator):
+    """Qwen/Qwen3-8B is in trnlab/assets/configs: no hub, no ModelNotAvailableError."""
+    import trnlab.models
+    from trnlab.__main__ import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(trnlab.models, "load_config", lambda *a, **k: pytest.fail("asked the hub"))
+    assert main(["launch", "--dry-run", "--tp-size", "2", "--fsdp-size", "2", "--model", "Qwen/Qwen3-8B",
+                 "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("torchrun --standalone --nproc-per-node=4 train.py\n")
+    assert "# Qwen/Qwen3-8B on tp=2 x fsdp=2, training" in out
+    config = tl.model_config_of("Qwen/Qwen3-8B")
+    assert (config.num_attention_heads, config.num_key_value_heads) == (32, 8)
+    with pytest.raises(LaunchConfigError, match="tp_size=3 does not divide the model's attention heads = 32"):
+        tl.validate_parallel_sizes(3, 3, 1, model_config="Qwen/Qwen3-8B")
+
+
+def test_the_old_module_name_still_imports_with_a_warning_and_launch_stays_callable(monkeypatch):
+    import importlib
+
+    import trnlab
+    import trnlab.launcher
+
+    saved = sys.modules.pop("trnlab.launch", None)
+    try:
+        with pytest.warns(FutureWarning, match="trnlab.launch was renamed trnlab.launcher"):
+            old = importlib.import_module("trnlab.launch")
+        from trnlab.launch import launch, torchrun_command  # noqa: F401  (the old spelling)
+
+        assert launch is trnlab.launcher.launch and torchrun_command is trnlab.launcher.torchrun_command
+        assert old.LaunchConfigError is LaunchConfigError and old._mesh_sizes is tl._mesh_sizes
+        # Importing the submodule rebound trnlab.launch to it; calling it still runs the function.
+        assert trnlab.launch is old
+        with pytest.raises(LaunchConfigError, match="tp_size=0"):
+            trnlab.launch("t.py", tp_size=0, device="cpu")
+        with pytest.raises(AttributeError, match="now trnlab.launcher"):
+            old.no_such_name
+    finally:
+        sys.modules.pop("trnlab.launch", None)
+        if saved is not None:
+            sys.modules["trnlab.launch"] = saved
+        trnlab.launch = trnlab.launcher.launch  # as before this test: the function
+
+
+def test_without_the_old_module_trnlab_launch_is_the_function():
+    import trnlab
+
+    assert "trnlab.launch" not in sys.modules
+    assert trnlab.launch is tl.launch and trnlab.launch.__module__ == "trnlab.launcher"
+
+
 # ------------------------------------------------------------------ real launches (tiny scripts)
 
 # Each rank writes its PID, so the tests can check afterwards that no process survived.
@@ -301,24 +447,46 @@ def test_each_rank_sees_only_its_own_neuroncore(tmp_path, monkeypatch, capsys):
     script = tmp_path / "cores.py"
     script.write_text(CORE_REPORT)
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-7")
-    result = tl.launch(script, ["--flag", "x"], nproc_per_node=2, device="cpu", neuron_cores="4-5", timeout=120)
+    result = tl.launch(script, ["--flag", "x"], device="cpu", neuron_cores="4-5", timeout=None)  # no limit
+    assert result.command[-7:-3] == ["--tee=3", "-m", "trnlab.rank_cores", "4-5"]  # 2 ranks: one per named core
     assert result.ok, result.summary()
     assert result.lines(0)[-1] == "local rank 0 sees NeuronCores 4 args ['--flag', 'x'] main __main__"
     assert result.lines(1)[-1] == "local rank 1 sees NeuronCores 5 args ['--flag', 'x'] main __main__"
-    assert "-m trnlab.rank_cores 4,5 " in capsys.readouterr().out
+    assert "--nproc-per-node=2 --tee=3 -m trnlab.rank_cores 4-5 " in capsys.readouterr().out
 
 
-def test_on_neuron_launch_assigns_the_cores_by_itself(fake_neuron, tmp_path, monkeypatch):
-    """Under the simulated trn2 (4 NeuronCores) launch picks rank i -> core i, or the i-th core
-    of NEURON_RT_VISIBLE_CORES; the ranks themselves run on this CPU."""
+def test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subset(fake_neuron, tmp_path,
+                                                                                     monkeypatch):
+    """Under the simulated trn2 (4 NeuronCores; SIMULATED, the ranks run on this CPU): on all
+    cores, plain torchrun (TorchNeuron's process group gives rank i core i when the variable is
+    unset, which a CPU rank cannot show: it sees no value); on a subset, each rank gets its core."""
     script = tmp_path / "cores.py"
     script.write_text(CORE_REPORT)
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert not tl.needs_rank_cores("neuron")
     result = tl.launch(script, nproc_per_node=2, timeout=120, echo=False)
     assert result.ok, result.summary()
+    assert "trnlab.rank_cores" not in result.command
     assert [result.lines(r)[-1].split(" args")[0] for r in (0, 1)] == [
-        "local rank 0 sees NeuronCores 0", "local rank 1 sees NeuronCores 1"]
+        "local rank 0 sees NeuronCores None", "local rank 1 sees NeuronCores None"]
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "2-3")
+    assert tl.needs_rank_cores("neuron") and not tl.needs_rank_cores("cpu")
     result = tl.launch(script, timeout=120, echo=False)  # one process per visible core: 2
+    assert result.command[-3:] == ["trnlab.rank_cores", "2-3", str(script)]
     assert [result.lines(r)[-1].split(" args")[0] for r in (0, 1)] == [
         "local rank 0 sees NeuronCores 2", "local rank 1 sees NeuronCores 3"]
+
+
+def test_dry_run_on_a_simulated_trn2_adds_rank_cores_only_for_a_subset(fake_neuron, monkeypatch, capsys):
+    from trnlab.__main__ import main
+
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert main(["launch", "--dry-run", "train.py"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "torchrun --standalone --nproc-per-node=4 train.py"
+    assert main(["launch", "--dry-run", "--neuron-cores", "2-3", "train.py"]) == 0  # 2 ranks: one per named core
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "torchrun --standalone --nproc-per-node=2 -m trnlab.rank_cores 2-3 train.py")
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1-3")
+    assert main(["launch", "--dry-run", "train.py"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "torchrun --standalone --nproc-per-node=3 -m trnlab.rank_cores 1-3 train.py")

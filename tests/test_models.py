@@ -116,12 +116,56 @@ def test_settings_are_read_in_one_place(monkeypatch):
 
 
 def test_load_model_keeps_the_device_index(fake_neuron, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
     seen = {}
 
-    def fake_from_pretrained(loader, name, what="model", **kwargs):
-        seen.update(kwargs)
+    def fake_from_pretrained(name, **kwargs):
+        seen.update(kwargs, name=name)
         return torch.nn.Linear(1, 1)
 
-    monkeypatch.setattr("trnlab.models._from_pretrained", fake_from_pretrained)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fake_from_pretrained)
     trnlab.load_model(device="neuron:3")
-    assert seen["device_map"] == "neuron:3" and seen["dtype"] == torch.bfloat16
+    assert seen == {"name": str(BUNDLED_MODEL_DIR), "device_map": "neuron:3", "dtype": torch.bfloat16}
+    trnlab.load_model(device="neuron", device_map={"": "cpu"}, dtype="float32")
+    assert seen["device_map"] == {"": "cpu"} and seen["dtype"] == torch.float32  # an explicit map is kept
+    seen.clear()
+    trnlab.load_model(distributed_config="tp2", dtype="bfloat16")
+    assert "device_map" not in seen and seen["distributed_config"] == "tp2"  # a sharded load places itself
+    with pytest.raises(trnlab.DeviceNotAvailableError, match="sees 4 neuron device"):
+        trnlab.load_model(device="neuron:4")
+
+
+def test_a_cached_hub_model_loads_from_its_cached_folder_offline(monkeypatch, tmp_path):
+    from trnlab import models
+
+    snapshot = tmp_path / "models--Org--Tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    for file in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (snapshot / file).write_bytes((BUNDLED_MODEL_DIR / file).read_bytes())
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache",
+                        lambda name, file: str(snapshot / file) if name == "Org/Tiny" else None)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was asked"))
+    assert models.model_source("Org/Tiny") == str(snapshot)
+    model = trnlab.load_model("Org/Tiny", device="cpu", dtype="float32")
+    assert type(model).__name__ == "Qwen3ForCausalLM" and len(trnlab.load_tokenizer("Org/Tiny")) == 761
+    (snapshot / "model.safetensors").unlink()  # weights not cached: the hub is needed, and unreachable
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(trnlab.ModelNotAvailableError, match="hf download Org/Tiny"):
+        trnlab.load_model("Org/Tiny", device="cpu")
+    assert trnlab.load_config("Org/Tiny").model_type == "qwen3"  # the config alone is still cached
+
+
+def test_notebook_02_shows_load_model_as_it_is():
+    """Notebook 02 shows `load_model`'s code, d2l-style: the cell must be the function itself."""
+    import ast
+    import inspect
+    import json
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "02_inference.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    shown = [s for s in cells if "def load_model(" in s]
+    assert len(shown) == 1, "notebook 02 must show trnlab.load_model's code in one cell"
+    tree = ast.parse(shown[0])
+    function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "load_model")
+    assert ast.get_source_segment(shown[0], function) + "\n" == inspect.getsource(trnlab.models.load_model)

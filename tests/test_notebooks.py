@@ -22,13 +22,51 @@ def _cells(path, kind="code"):
 
 def test_the_course_has_its_notebooks():
     names = [p.name for p in NOTEBOOKS]
-    assert "01_installation_check.ipynb" in names and len(names) == 5
+    assert "01_installation_check.ipynb" in names and "02_inference.ipynb" in names
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", n) for n in names), names
+    # six lessons, numbered 01 to 06 without a gap (05 distributed sharding, 06 planning a real run)
+    assert [int(n[:2]) for n in names] == list(range(1, 7)), names
+
+
+SUMMARY_CALL = "print(trnlab.run_summary())"
+SUMMARY_LINE = re.compile(r"this notebook compiled (\d+) graph\(s\) in (\d+) s on \S+")
+
+
+def intro_duration(seconds: int) -> str:
+    """How an introduction says a run time: "about N s" under 90 s (N to the nearest 10), else "about N min"."""
+    if seconds < 90:
+        return f"about {max(10, int(seconds / 10 + 0.5) * 10)} s"
+    return f"about {int(seconds / 60 + 0.5)} min"
+
+
+def test_intro_duration_rounds_as_the_convention_says():
+    assert [intro_duration(s) for s in (3, 44, 45, 62, 89, 90, 149, 151, 600)] == [
+        "about 10 s", "about 40 s", "about 50 s", "about 60 s", "about 90 s", "about 2 min", "about 2 min",
+        "about 3 min", "about 10 min"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_ends_with_its_run_summary_and_the_intro_quotes_it(path):
+    last = _cells(path)[-1]
+    assert "".join(last["source"]).strip() == SUMMARY_CALL, f"{path.name}: end with a cell `{SUMMARY_CALL}`"
+    assert "# NBVAL_CHECK_OUTPUT" not in "".join(last["source"])  # a timing: never compared
+    stored = "".join("".join(o.get("text", "")) for o in last["outputs"] if o.get("name") == "stdout")
+    found = SUMMARY_LINE.match(stored)
+    assert found, f"{path.name}: the last cell has no stored run summary; re-execute the notebook"
+    graphs, seconds = int(found.group(1)), int(found.group(2))
+    assert "on a trn2" in stored.splitlines()[1] and "estimate" in stored.splitlines()[1]
+    intro = " ".join("".join(_cells(path, "markdown")[0]["source"]).split())
+    said_time = re.findall(r"about \d+ (?:s|min)\b", intro)
+    said_graphs = re.findall(r"(\d+) graph\(s\)", intro)
+    assert said_time == [intro_duration(seconds)], (
+        f"{path.name}: the introduction must say {intro_duration(seconds)!r} (last run: {seconds} s), says {said_time}")
+    assert said_graphs == [str(graphs)], (
+        f"{path.name}: the introduction must say '{graphs} graph(s)' (the last cell's count), says {said_graphs}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_follows_the_plugin_rules(path):
-    assert notebook_problems(path) == []
+    assert notebook_problems(path, require_all_executed=True) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -107,27 +107,68 @@ def test_instances_come_from_the_neuron_docs():
     assert all(inst.source.startswith("https://awsdocs-neuron") for inst in planning.INSTANCES.values())
 
 
-def test_recommended_meshes_for_qwen3_8b_on_a_trn2():
+def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     train = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096)
     best = train.recommended
-    assert (best.tp_size, best.fsdp_size) == (8, 8)
-    assert best.fits and best.plan.total <= train.budget
-    assert not any(c.fits for c in train.candidates if c.tp_size < 8)
-    assert "smallest tensor-parallel size that fits (tp=4 needs" in train.reason
-    assert "tp=8 spans 2 chips" in train.reason
-    # Gradient checkpointing frees the layers' activations: no TP needed, every rank does FSDP.
-    checkpointed = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096,
-                             gradient_checkpointing=True)
-    assert (checkpointed.recommended.tp_size, checkpointed.recommended.fsdp_size) == (1, 64)
+    # AWS's TorchTitan recipe: tp4 x fsdp16 with selective activation checkpointing.
+    assert (best.tp_size, best.fsdp_size, train.checkpointing) == (4, 16, "selective")
+    assert best.fits and best.plan.total <= train.budget and best.plan.checkpointing == "selective"
+    assert [(t["tp_size"], t["fsdp_size"], t["checkpointing"], t["fits"]) for t in train.tried] == [
+        (1, 64, "none", False), (4, 16, "none", False), (1, 64, "selective", False), (4, 16, "selective", True)]
+    assert '"Keep TP4 within a chip"' in train.reason and "spans" not in train.reason
+    assert "This is AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge" in train.reason
+    assert "qwen3_8b_tp4_fsdp16_sac" in train.reason and "18 of 36 layers" in train.reason
+    assert not any(c.fits for c in train.candidates if c.tp_size == 1)
     rejected = {c.tp_size: c.rejected for c in train.candidates if not c.valid}
     assert set(rejected) == {16, 32, 64} and "key/value heads = 8" in rejected[16]
-    infer = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "inference", batch=1, seq=4096)
-    assert (infer.recommended.tp_size, infer.recommended.fsdp_size) == (1, 64)
-    assert "independent replicas" in infer.reason
+    # Without checkpointing nothing inside a chip fits: tp=8 is the last resort, and it says so.
+    none = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096, gradient_checkpointing="none")
+    assert (none.recommended.tp_size, none.recommended.fsdp_size) == (8, 8)
+    assert "tp=8 spans 2 chips, against Neuron's advice" in none.reason and "you fixed the checkpointing" in none.reason
+    # Full checkpointing frees the layers' activations: FSDP alone fits, every rank does FSDP.
+    full = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096, gradient_checkpointing=True)
+    assert (full.recommended.tp_size, full.recommended.fsdp_size, full.checkpointing) == (1, 64, "full")
+    assert "FSDP alone fits" in full.reason
+    # A shorter sequence fits tp4 without recompute, and the reason says why it is not AWS's layout.
+    short = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=2048)
+    assert (short.recommended.tp_size, short.recommended.fsdp_size, short.checkpointing) == (4, 16, "none")
+    assert "here it is not recommended because at this workload tp=4 x fsdp=16 with no checkpointing" in short.reason
     small = plan_mesh("Qwen/Qwen3-4B", "trn2.3xlarge", "train", batch=1, seq=2048, gradient_checkpointing=True)
     assert small.recommended.tp_size * small.recommended.fsdp_size == 4
     text = planning.format_plan(train)
-    assert "<- recommended" in text and "note: activations (estimate)" in text
+    assert "<- recommended" in text and "note: activations (estimate)" in text and "selective checkpointing" in text
+
+
+def test_serving_recommends_replicas_without_fsdp():
+    one = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "inference", batch=1, seq=4096)
+    assert (one.recommended.tp_size, one.recommended.fsdp_size, one.recommended.replicas) == (1, 1, 64)
+    eight = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "inference", batch=8, seq=4096)
+    best = eight.recommended
+    assert (best.tp_size, best.fsdp_size, best.replicas) == (2, 1, 32)
+    assert eight.reason.startswith("Recommended for serving: 32 independent replicas of DistributedConfig(tp_size=2)")
+    assert "Tried first: 64 replicas of tp=1 needs 22.5 GiB" in eight.reason and "fsdp=64" not in eight.reason
+    assert "(32 replicas)  <- recommended" in eight.table()
+
+
+def test_selective_checkpointing_keeps_every_other_layer_and_costs_computed_recompute():
+    kwargs = dict(workload="train", batch=1, seq=4096)
+    none, selective, full = (plan_memory("Qwen/Qwen3-8B", 4, 16, gradient_checkpointing=m, **kwargs)
+                             for m in ("none", "selective", "full"))
+    per_layer, layer_input = none.activation_detail["per_layer"], 4096 * 2 * 4096   # T * b * h
+    assert selective.activation_detail["layers"] == pytest.approx(18 * per_layer + 18 * layer_input + per_layer, abs=1)
+    assert full.activation_detail["layers"] == pytest.approx(36 * layer_input + per_layer, abs=1)
+    assert full.total < selective.total < none.total and selective.training_state == none.training_state
+    every3 = plan_memory("Qwen/Qwen3-8B", 4, 16, gradient_checkpointing="selective", checkpoint_every=3, **kwargs)
+    assert every3.activation_detail["layers"] == pytest.approx(24 * per_layer + 12 * layer_input + per_layer, abs=1)
+    assert selective.checkpointing_label == "selective activation checkpointing (every 2nd layer)"
+    assert planning.checkpointed_layers(36, "selective") == 18 and planning.checkpointed_layers(36, False) == 0
+    # A step is about 3 forwards; full checkpointing adds the layers' forward (a bit under a third).
+    full_cost = planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "full")
+    assert 0.28 < full_cost < 1 / 3
+    assert planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "selective") == pytest.approx(full_cost / 2)
+    assert planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "none") == 0
+    with pytest.raises(PlanError, match="gradient_checkpointing='some'"):
+        plan_memory("Qwen/Qwen3-8B", workload="train", gradient_checkpointing="some")
 
 
 def test_plot_memory_plan_draws_one_stacked_bar_per_mesh():
@@ -178,6 +219,55 @@ def test_a_mesh_that_does_not_divide_gives_the_launch_message():
         plan_mesh(None, "trn2.3xlarge", tp_size=2, fsdp_size=2)
 
 
+def test_a_tp_the_heads_do_not_divide_by_is_refused_for_that_reason():
+    # issue 16 item 14: the heads, not "fsdp_size=21 = 63 processes".
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", tp_size=3)
+    assert str(info.value).startswith("tp_size=3 does not divide the model's attention heads = 32, key/value "
+                                      "heads = 8")
+    assert "Use tp_size in [1, 2, 4, 8] on trn2.48xlarge (64 ranks)" in str(info.value)
+    assert "63" not in str(info.value)
+    with pytest.raises(PlanError, match=r"tp_size=3 does not divide .* Use tp_size in \[1, 2, 4, 8\]\.$"):
+        plan_memory("Qwen/Qwen3-8B", tp_size=3)
+    for bad in (0, -4, True):
+        with pytest.raises(PlanError, match=f"tp_size={bad!r}: a whole number >= 1"):
+            plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", tp_size=bad)
+    with pytest.raises(PlanError, match="fsdp_size=0: a whole number >= 1"):
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", fsdp_size=0)
+    with pytest.raises(PlanError, match=r"fsdp_size=3 does not divide the 64 ranks of trn2.48xlarge"):
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", fsdp_size=3)
+
+
+def test_a_given_mesh_is_explained_as_given():
+    # issue 15 item 14: `plan --tp 4 --fsdp 16` is not "the smallest tensor-parallel size (no TP needed)".
+    given = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=4096, tp_size=4, fsdp_size=16)
+    assert given.reason.startswith("Planned the mesh you gave: tp=4 x fsdp=16 with selective activation checkpointing")
+    assert "smallest" not in given.reason and "no TP needed" not in given.reason
+    assert '"Keep TP4 within a chip"' in given.reason
+    across = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=4096, tp_size=8)
+    assert "tp=8 spans 2 chips, against Neuron's advice to keep TP within a chip (4 logical cores): you asked for it" \
+        in across.reason
+
+
+def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
+    # issue 16 item 3: a clear error pointing at the folder, not a UnicodeDecodeError.
+    (tmp_path / "config.json").write_text(planning.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
+    (tmp_path / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(PlanError) as info:
+        planning.resolve_config(tmp_path / "model.safetensors")
+    assert str(info.value) == (f"{tmp_path / 'model.safetensors'} is not a model config (a .safetensors file holds "
+                               f"weights or tokenizer data, not the model's sizes): the folder {tmp_path} holds a "
+                               f"config.json: pass --model {tmp_path}.")
+    assert planning.main(["--model", str(tmp_path / "model.safetensors")]) == 2
+    assert "pass --model" in capsys.readouterr().err
+    (tmp_path / "weights.dat").write_bytes(bytes(range(256)))
+    with pytest.raises(PlanError, match="weights.dat is not a model config \\(a binary file, not JSON\\)"):
+        planning.resolve_config(tmp_path / "weights.dat")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(PlanError, match="JSON of a list, not a config object"):
+        planning.resolve_config(tmp_path / "list.json")
+
+
 def test_a_config_without_the_needed_fields_names_them(tmp_path):
     with pytest.raises(PlanError, match="lacks intermediate_size, num_hidden_layers, num_attention_heads, "
                                         "num_key_value_heads, vocab_size"):
@@ -200,10 +290,30 @@ def test_a_workload_that_fits_no_mesh_says_what_would():
     assert message.startswith("Qwen/Qwen3-8B training (micro-batch 2 x 4096 per rank) fits no mesh on "
                               "trn2.3xlarge")
     assert "21.6 GiB usable" in message and "What would fit:" in message
-    assert "--nodes" in message and "one trn2.48xlarge" in message and "--gradient-checkpointing" in message
+    assert "--nodes" in message and "one trn2.48xlarge" in message and "full activation checkpointing" in message
     # Each alternative was planned: the one on a trn2.48xlarge really fits.
-    assert plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096,
+    assert plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=2, seq=4096,
                      gradient_checkpointing=True).recommended.fits
+    # A fixed lighter checkpointing is told which heavier one would fit.
+    with pytest.raises(PlanError, match=r"What would fit: --checkpointing full on trn2.48xlarge: tp=1 x fsdp=64, full"):
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=8192, gradient_checkpointing="none")
+
+
+def test_a_huge_batch_is_answered_in_seconds():
+    # issue 16 item 4: the "what would fit" search bisects the batch instead of trying every smaller one.
+    import time
+
+    for workload in ("inference", "train"):
+        start = time.perf_counter()
+        with pytest.raises(PlanError) as info:
+            plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", workload, batch=100_000, seq=2048)
+        elapsed = time.perf_counter() - start
+        assert elapsed < 5, f"{workload}: {elapsed:.1f} s"
+        batch = int(str(info.value).split("What would fit: --batch ")[1].split()[0])
+        fits = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", workload, batch=batch, seq=2048)
+        assert fits.recommended.fits
+        with pytest.raises(PlanError):   # the largest: one more does not fit
+            plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", workload, batch=batch + 1, seq=2048)
 
 
 # ------------------------------------------------------------------ command line
@@ -217,8 +327,17 @@ def test_cli_json_for_a_shipped_model_works_offline(capsys, monkeypatch):
                         "--seq", "4096", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "Qwen/Qwen3-8B" and out["world_size"] == 64
-    assert (out["recommended"]["tp_size"], out["recommended"]["fsdp_size"]) == (8, 8)
+    assert (out["recommended"]["tp_size"], out["recommended"]["fsdp_size"]) == (4, 16)
+    assert out["recommended"]["checkpointing"] == out["checkpointing"] == "selective"
     assert out["recommended"]["plan"]["total_bytes"] <= out["budget_bytes"]
+    assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--train", "--seq", "4096", "--checkpointing", "full",
+                        "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["recommended"]["tp_size"], out["checkpointing"]) == (1, "full")
+    assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--tp", "0"]) == 2
+    assert capsys.readouterr().err == "error: tp_size=0: a whole number >= 1\n"
+    assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--gradient-checkpointing", "--checkpointing", "none"]) == 2
+    assert "contradicts --checkpointing none" in capsys.readouterr().err
 
 
 def test_cli_reads_a_config_file_and_trnlab_model(capsys, monkeypatch, tmp_path):

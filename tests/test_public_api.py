@@ -82,3 +82,9 @@ def test_validate_parallel_sizes_checks_the_course_model_by_default():
     else:
         raise AssertionError("tp larger than the head count must be refused without a model_config")
     assert trnlab.validate_parallel_sizes(too_wide, tp_size=too_wide, check_model=False)["tp_size"] == too_wide
+
+
+def test_readme_api_tables_are_generated_from_groups():
+    done = subprocess.run([sys.executable, str(README.parent / "tools" / "readme_api.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

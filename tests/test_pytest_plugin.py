@@ -1,32 +1,43 @@
-"""trnlab.pytest_plugin: the course's nbval rules, run on notebooks outside the repository."""
+"""trnlab.pytest_plugin: the course's nbval rules, run on notebooks outside the repository.
+
+The notebooks here are written for each test, following nbval's own conventions (its comment
+markers, its cell tags, ``--nbval`` and ``--nbval-lax``); each session runs in a subprocess,
+in a folder outside this repository, as a learner's CI would.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from trnlab.pytest_plugin import notebook_problems, sanitize
+from trnlab.pytest_plugin import (BUNDLED_MODEL_DIR, cell_options, notebook_problems, other_model,
+                                  parse_notebook_env, run_label, sanitize)
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Each run prints a new temporary path, a new address, a new timing and writes to stderr:
-# nbval must still find the stored and the fresh outputs equal.
+# Each run prints a new temporary path, a new address, a new timing, a new run id (masked by the
+# learner's own --nbval-sanitize-with file) and writes to stderr: all must compare equal.
 CHANGING_CELL = """# NBVAL_CHECK_OUTPUT
-import sys, tempfile, time
+import random, sys, tempfile, time
 import trnlab
 start = time.perf_counter()
 print("scratch folder:", tempfile.mkdtemp(prefix="learner-"))
 print("model at", trnlab.model_name())
-print(f"an object at {hex(id(object()))}, took {time.perf_counter() - start + 0.5:.3f} s")
+print(f"an object: {object()}, took {time.perf_counter() - start + 0.5:.3f} s")
 print(f"device: {trnlab.pick_device('cpu', verbose=False)}")
+print("run id", random.randrange(10**6))
 print("warning: something noisy", file=sys.stderr, flush=True)
 print("stable line", 6 * 7)"""
+
+LEARNER_PATTERNS = "regex: run id \\d+\nreplace: run id <ID>\n"
 
 
 def _notebook(path: Path, sources: list[str], execute: bool = True) -> Path:
@@ -39,89 +50,333 @@ def _notebook(path: Path, sources: list[str], execute: bool = True) -> Path:
     return path
 
 
-def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "trnlab.pytest_plugin", "--nbval-lax",
-                           "-p", "no:cacheprovider", "-q", *args, str(folder)],
-                          cwd=folder, capture_output=True, text=True, env=env, timeout=300)
+def _pytest(folder: Path, *args: str, mode: str = "--nbval-lax", plugin: bool = True, env=None, rules: bool = True):
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    plugin_args = ["-p", "trnlab.pytest_plugin", *(["--trnlab-rules"] if rules else [])]
+    command = [sys.executable, "-m", "pytest", *(plugin_args if plugin else ["--nbval-current-env"]),
+               mode, "-p", "no:cacheprovider", "-q", *args, str(folder)]
+    cwd = folder if folder.is_dir() else folder.parent
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def learner_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("learner-repo")  # outside this repository, like a learner's
     _notebook(folder / "good.ipynb", [CHANGING_CELL])
-    # Stored without LEARNER_FLAG: the run with --notebook-env LEARNER_FLAG=on must differ.
+    # Stored without LEARNER_FLAG: the runs with --notebook-env LEARNER_FLAG=... must differ.
     _notebook(folder / "flag.ipynb", ['# NBVAL_CHECK_OUTPUT\nimport os\nprint("flag:", os.environ.get("LEARNER_FLAG", "unset"))'])
+    _notebook(folder / "run_id.ipynb", ['# NBVAL_CHECK_OUTPUT\nimport random\nprint("run id", random.randrange(10**6))'])
+    (folder / "patterns.cfg").write_text(LEARNER_PATTERNS)
     return folder
 
 
 def test_a_learners_notebook_passes_with_paths_stderr_timings_and_addresses_changing(learner_folder):
-    """One session: both notebooks as stored, and once more with --notebook-env LEARNER_FLAG=on."""
+    """One session: both notebooks as stored, and in two more runs (--notebook-env twice, a comma in a value)."""
     stored = nbformat.read(learner_folder / "good.ipynb", as_version=4).cells[0].outputs
     assert any(o.get("name") == "stderr" for o in stored) and "/learner-" in stored[0]["text"]
     assert "LEARNER_FLAG" not in os.environ
-    done = _pytest(learner_folder, "-rA", "--notebook-env", "LEARNER_FLAG=on")
+    done = _pytest(learner_folder / "good.ipynb", "-rA", "--nbval-sanitize-with", "patterns.cfg",
+                   "--notebook-env", "LEARNER_FLAG=0,1", "--notebook-env", "LEARNER_FLAG=on OTHER=x",
+                   str(learner_folder / "flag.ipynb"))
     out = done.stdout
     assert "PASSED good.ipynb::Cell 0" in out and "PASSED good.ipynb::trnlab rules" in out, out
     assert "PASSED flag.ipynb::Cell 0" in out, out
-    # The variable reached the second run's kernel, and only that one:
-    assert "FAILED flag.ipynb[LEARNER_FLAG=on]::Cell 0" in out and "flag: on" in out, out
-    # good.ipynb never names LEARNER_FLAG: its second run would repeat the first, so it is skipped.
-    assert "SKIPPED [1] good.ipynb" in out and "good.ipynb never reads LEARNER_FLAG: run once more" in out, out
-    assert "1 failed, 4 passed, 1 skipped" in out, out  # rules x2, good, flag as stored; once more is not ruled
+    # Each variable reached its own run's kernel, the comma inside the value:
+    assert "FAILED flag.ipynb[LEARNER_FLAG=0,1]::Cell 0" in out and "flag: 0,1" in out, out
+    assert "FAILED flag.ipynb[LEARNER_FLAG=on OTHER=x]::Cell 0" in out and "flag: on" in out, out
+    # good.ipynb never names LEARNER_FLAG: its other runs would repeat the first, so they are skipped.
+    assert "SKIPPED [1] good.ipynb: good.ipynb never reads LEARNER_FLAG: run once more" in out, out
+    assert "SKIPPED [1] good.ipynb: good.ipynb never reads LEARNER_FLAG, OTHER: run once more" in out, out
+    assert "2 failed, 4 passed, 2 skipped" in out, out  # rules x2, good, flag as stored; the reruns are not ruled
 
 
-def test_notebook_env_must_be_name_equals_value(learner_folder):
-    from trnlab.pytest_plugin import parse_notebook_env
-
-    assert parse_notebook_env("TRNLAB_DTYPE=bfloat16,A=") == {"TRNLAB_DTYPE": "bfloat16", "A": ""}
-    with pytest.raises(pytest.UsageError, match="write NAME=VALUE"):
-        parse_notebook_env("bfloat16")
-
-
-def test_without_the_plugin_the_same_notebook_fails(learner_folder):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-q",
-                           "-p", "no:cacheprovider", str(learner_folder / "good.ipynb")],
-                          cwd=learner_folder, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 1 and "1 failed" in done.stdout  # so the plugin's sanitizing is what passes it
+def test_without_the_learners_patterns_or_the_course_patterns_the_same_notebook_fails(learner_folder):
+    no_plugin = _pytest(learner_folder / "good.ipynb", "--nbval-sanitize-with", "patterns.cfg", plugin=False)
+    assert no_plugin.returncode == 1 and "1 failed" in no_plugin.stdout, no_plugin.stdout
+    # --trnlab-no-sanitize: the course's patterns are off, the learner's own still apply.
+    no_course = _pytest(learner_folder / "good.ipynb", "-rA", "--nbval-sanitize-with", "patterns.cfg",
+                        "--trnlab-no-sanitize", str(learner_folder / "run_id.ipynb"))
+    assert "FAILED good.ipynb::Cell 0" in no_course.stdout and "PASSED run_id.ipynb::Cell 0" in no_course.stdout
+    assert no_course.returncode == 1 and "1 failed, 3 passed" in no_course.stdout, no_course.stdout
+    no_learner = _pytest(learner_folder / "run_id.ipynb")
+    assert no_learner.returncode == 1 and "1 failed, 1 passed" in no_learner.stdout, no_learner.stdout
 
 
-def _as_executed(path: Path) -> Path:
-    """Give every code cell the execution count and output a run would (no kernel: the rules
-    read only the stored notebook)."""
-    nb = nbformat.read(path, as_version=4)
-    for count, cell in enumerate((c for c in nb.cells if c.cell_type == "code"), 1):
-        cell.execution_count = count
-        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+# --- nbval's conventions ----------------------------------------------------------------------
+
+def _cell(source, count=None, outputs=(), tags=()):
+    cell = nbformat.v4.new_code_cell(source, execution_count=count, outputs=list(outputs))
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def _stdout(text):
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def _error(ename, evalue):
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def _write(path: Path, cells) -> Path:
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, path)
     return path
 
 
+def conventions_notebook(path: Path) -> Path:
+    """Every nbval convention the plugin must respect, stored as Jupyter would store it.
+
+    Passes plain nbval under --nbval (every cell compared) and --nbval-lax (only the tagged
+    cell compared): skipped cells never executed, expected errors stored, an ignored random
+    output, an unexecuted cell (nbval's implicit skip of the output check).
+    """
+    return _write(path, [
+        _cell("# NBVAL_SKIP\nraise RuntimeError('skipped cells never run')"),
+        _cell("raise RuntimeError('nor do tagged ones')", tags=["nbval-skip"]),
+        _cell("answer = 6 * 7\nprint(answer)", 1, [_stdout("42\n")], tags=["nbval-check-output"]),
+        _cell("# NBVAL_RAISES_EXCEPTION\n1 / 0", 2, [_error("ZeroDivisionError", "division by zero")]),
+        _cell("int('x')", 3, [_error("ValueError", "invalid literal for int() with base 10: 'x'")],
+              tags=["raises-exception"]),
+        _cell("# NBVAL_IGNORE_OUTPUT\nimport random\nprint(random.random())", 4, [_stdout("0.123\n")]),
+        _cell("print('an unexecuted cell is not compared')"),
+        _cell("print(answer + 1)", 5, [_stdout("43\n")], tags=["nbval-ignore-output"]),
+    ])
+
+
+def test_cell_options_read_markers_and_tags_as_nbval_does():
+    assert cell_options(_cell("# NBVAL_SKIP\nx"))["skip"] and cell_options(_cell("x", tags=["nbval-skip"]))["skip"]
+    assert cell_options(_cell("  #  NBVAL_RAISES_EXCEPTION\n1/0"))["check_exception"]
+    assert cell_options(_cell("1/0", tags=["raises-exception"]))["check_exception"]
+    assert cell_options(_cell("x", tags=["nbval-check-output"]))["check"]
+    assert not cell_options(_cell("print('# NBVAL_CHECK_OUTPUT is not a comment here')"))["check"]
+    assert cell_options(_cell("x"), strict=True)["check"]  # --nbval compares every cell...
+    assert not cell_options(_cell("# NBVAL_IGNORE_OUTPUT\nx"), strict=True)["check"]  # ...but the ignored
+    assert not cell_options(_cell("x", tags=["nbval-ignore-output"]), strict=True)["check"]
+
+
+def test_the_rules_respect_nbvals_conventions_in_both_modes(tmp_path):
+    path = conventions_notebook(tmp_path / "conventions.ipynb")
+    assert notebook_problems(path) == [] and notebook_problems(path, strict=True) == []
+    # Strict mode compares unmarked cells: no marker needed there.
+    strict_only = _write(tmp_path / "strict.ipynb", [_cell("print(1)", 1, [_stdout("1\n")])])
+    assert notebook_problems(strict_only, strict=True) == []
+    assert "no executed cell is marked '# NBVAL_CHECK_OUTPUT'" in notebook_problems(strict_only)[0]
+    # The course's own notebooks also ask every cell to be executed.
+    assert "1 code cell(s) never executed (the first is Cell 6)" in notebook_problems(path, require_all_executed=True)[0]
+
+
 def test_broken_notebooks_fail_with_a_message_that_says_which_rule(tmp_path):
-    _notebook(tmp_path / "unexecuted.ipynb", ["# NBVAL_CHECK_OUTPUT\nprint(1)"], execute=False)
-    _as_executed(_notebook(tmp_path / "unchecked.ipynb", ["print(1)"], execute=False))
-    _as_executed(_notebook(tmp_path / "error.ipynb", ["# NBVAL_CHECK_OUTPUT\nprint(1)"], execute=False))
-    nb = nbformat.read(tmp_path / "error.ipynb", as_version=4)
-    nb.cells[0].outputs.append(nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="x", traceback=[]))
-    nbformat.write(nb, tmp_path / "error.ipynb")
-    nb.cells[0].outputs = []
-    nb.cells.append(nbformat.v4.new_code_cell("print(2)", execution_count=1))
-    nb.cells[0].execution_count = 2
-    nbformat.write(nb, tmp_path / "out_of_order.ipynb")
-
-    assert notebook_problems(tmp_path / "unexecuted.ipynb")[0].startswith("1 code cell(s) never executed")
-    assert "no cell is marked '# NBVAL_CHECK_OUTPUT'" in notebook_problems(tmp_path / "unchecked.ipynb")[0]
-    assert "holds an error output (ZeroDivisionError)" in notebook_problems(tmp_path / "error.ipynb")[0]
-    assert "executed out of order" in notebook_problems(tmp_path / "out_of_order.ipynb")[0]
-    done = _pytest(tmp_path, "-k", "trnlab and rules")
-    assert done.returncode == 1
-    for name in ("unexecuted", "unchecked", "error", "out_of_order"):
-        assert f"{name}.ipynb::trnlab rules" in done.stdout, done.stdout
+    cases = {
+        "marked_unexecuted": ([_cell("# NBVAL_CHECK_OUTPUT\nprint(1)")],
+                              "1 cell(s) marked for checking never executed (the first is Cell 0)"),
+        "tagged_unexecuted": ([_cell("print(2)", 1, [_stdout("2\n")], tags=["nbval-check-output"]),
+                               _cell("print(1)", tags=["nbval-check-output"])], "the first is Cell 1"),
+        "unchecked": ([_cell("print(1)", 1, [_stdout("1\n")])], "no executed cell is marked '# NBVAL_CHECK_OUTPUT'"),
+        "error": ([_cell("# NBVAL_CHECK_OUTPUT\n1/0", 1, [_error("ZeroDivisionError", "x")])],
+                  "Cell 0 holds an error output (ZeroDivisionError)"),
+        "out_of_order": ([_cell("# NBVAL_CHECK_OUTPUT\nprint(1)", 2, [_stdout("1\n")]),
+                          _cell("print(2)", 1, [_stdout("2\n")])], "executed out of order"),
+        "all_ignored": ([_cell("# NBVAL_IGNORE_OUTPUT\nprint(1)", 1, [_stdout("1\n")])], "compares nothing"),
+    }
+    for name, (cells, message) in cases.items():
+        problems = notebook_problems(_write(tmp_path / f"{name}.ipynb", cells), strict=name == "all_ignored")
+        assert problems and message in problems[0], (name, problems)
 
 
-def test_sanitize_masks_what_differs_between_machines():
+@pytest.fixture(scope="module")
+def nbval_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nbval-conventions")
+    conventions_notebook(folder / "conventions.ipynb")
+    # A real break of a rule that nbval does not check: a check that can never fail, cells out of order.
+    _write(folder / "broken.ipynb", [_cell("print(2)", 2, [_stdout("2\n")], tags=["nbval-check-output"]),
+                                     _cell("print(1)", 1, [_stdout("1\n")]),
+                                     _cell("# NBVAL_CHECK_OUTPUT\nprint(3)")])
+    return folder
+
+
+@pytest.mark.parametrize("mode", ["--nbval", "--nbval-lax"])
+def test_a_notebook_nbval_accepts_passes_with_the_plugin_and_a_real_break_still_fails(nbval_folder, mode):
+    plain = _pytest(nbval_folder / "conventions.ipynb", "-rA", mode=mode, plugin=False)
+    assert plain.returncode == 0 and "6 passed, 2 skipped" in plain.stdout, plain.stdout
+    done = _pytest(nbval_folder, "-rA", mode=mode)
+    out = done.stdout
+    assert "PASSED conventions.ipynb::trnlab rules" in out and "FAILED broken.ipynb::trnlab rules" in out, out
+    assert "1 cell(s) marked for checking never executed (the first is Cell 2)" in out, out
+    assert "cells were executed out of order" in out, out
+    assert "1 failed, 10 passed, 2 skipped" in out, out  # conventions: 6 cells + rules; broken: 3 cells
+    assert "FAILED conventions.ipynb::Cell" not in out and "FAILED broken.ipynb::Cell" not in out, out
+
+
+
+@pytest.mark.parametrize("mode", ["--nbval", "--nbval-lax"])
+def test_without_trnlab_rules_the_plugin_fails_nothing_that_nbval_accepts(nbval_folder, mode):
+    # broken.ipynb breaks only the course's own rules: nbval accepts it, so must the plugin by default.
+    plain = _pytest(nbval_folder, "-rA", mode=mode, plugin=False)
+    assert plain.returncode == 0, plain.stdout
+    done = _pytest(nbval_folder, "-rA", mode=mode, rules=False)
+    assert done.returncode == 0 and "trnlab rules" not in done.stdout, done.stdout
+    assert "FAILED" not in done.stdout and "9 passed, 2 skipped" in done.stdout, done.stdout
+
+# --- --notebook-env --------------------------------------------------------------------------
+
+def test_notebook_env_grammar():
+    assert parse_notebook_env("TRNLAB_DTYPE=bfloat16") == {"TRNLAB_DTYPE": "bfloat16"}
+    assert parse_notebook_env("NEURON_RT_VISIBLE_CORES=0,1") == {"NEURON_RT_VISIBLE_CORES": "0,1"}
+    assert parse_notebook_env("TRNLAB_DTYPE=bfloat16 NEURON_RT_VISIBLE_CORES=0-1,3 A=") == {
+        "TRNLAB_DTYPE": "bfloat16", "NEURON_RT_VISIBLE_CORES": "0-1,3", "A": ""}
+    assert parse_notebook_env("A=1,B=2") == {"A": "1", "B": "2"}  # trnlab 0.1's comma form
+    assert parse_notebook_env("MSG='a b' X=y=z") == {"MSG": "a b", "X": "y=z"}
+    assert run_label({"A": "1", "B": "0,1"}) == "A=1 B=0,1"
+    for bad, message in [("bfloat16", "'bfloat16' is not NAME=VALUE"), ("", "names no variable"),
+                         ("1A=x", "'1A=x' is not NAME=VALUE"), ("A=1 A=2", "sets A twice"),
+                         ("A='x", "No closing quotation"), ("=2", "'=2' is not NAME=VALUE")]:
+        with pytest.raises(pytest.UsageError, match=message) as info:
+            parse_notebook_env(bad)
+        assert "write NAME=VALUE" in str(info.value) or "twice" in message
+
+
+def test_a_bad_notebook_env_is_a_usage_error_not_a_traceback(learner_folder):
+    for args, message in [(["--notebook-env", "bfloat16"], "ERROR: --notebook-env 'bfloat16': 'bfloat16' is not NAME=VALUE"),
+                          (["--notebook-env", "A=1", "--notebook-env", "A=1"], "asks for the same run twice")]:
+        done = _pytest(learner_folder / "flag.ipynb", *args)
+        assert done.returncode == 4, (done.stdout, done.stderr)  # pytest's usage-error exit status
+        assert message in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
+    done = _pytest(learner_folder / "flag.ipynb", "--notebook-env", "A=1", mode="--co")
+    assert done.returncode == 4 and "add --nbval-lax" in done.stderr, done.stderr
+
+
+# --- sanitizing ------------------------------------------------------------------------------
+
+#: Outputs that differ in one real value: sanitizing must keep them different.
+NEAR_MISSES = [
+    ("timeout set to 30 s", "timeout set to 300 s"),
+    ("every 5 seconds", "every 50 seconds"),
+    ("the 1990s", "the 1980s"),
+    ("saved /ckpt/run1/epoch_3.pt", "saved /ckpt/run1/epoch_7.pt"),
+    ("read tests/data/case_1.json", "read tests/data/case_2.json"),
+    ("mounted /dev/sda1", "mounted /dev/sdb1"),
+    ("https://huggingface.co/Qwen/Qwen3-0.6B", "https://huggingface.co/Qwen/Qwen3-1.7B"),
+    ("crc32 0x3610a686", "crc32 0xdeadbeef"),
+    ("flags 0xa", "flags 0xb"),
+    ("a 0x7f00 pointer", "a 0x7f01 pointer"),  # not in a repr
+    ("loss 7.6819, 42 graphs", "loss 7.6820, 42 graphs"),
+    ("vocabulary 761", "vocabulary 768"),
+    ("1.5 seconds", "2.5 seconds"),
+    ("tp=2 x fsdp=2 on 4 devices", "tp=4 x fsdp=1 on 4 devices"),
+    ("devices: ['cpu']", "devices: ['cuda']"),
+    ("torch 2 GPUs", "torch 4 GPUs"),
+    ("<tmp>/ckpt/epoch_3.pt", "<tmp>/ckpt/epoch_7.pt"),
+    (f"{tempfile.gettempdir()}/checkpoint_3", f"{tempfile.gettempdir()}/checkpoint_7"),
+    (f"{REPO}/notebooks/01.ipynb", f"{REPO}/notebooks/02.ipynb"),
+    ("<function f at 0x7f3a>", "<function g at 0x7f3a>"),
+]
+
+#: Outputs that differ only by machine, run or backend: they must compare equal.
+SAME = [
+    ("<object object at 0x7f3a9c0b1e40>", "<object object at 0x55d0c2a1b3f0>"),
+    ("<torch.utils.data.dataloader.DataLoader object at 0x7f3a>", "<torch.utils.data.dataloader.DataLoader object at 0x1b>"),
+    # notebook 03's timing table, as the course prints it
+    ("plain                  first call   0.31 s (compiling  0.00 s), then 0.288 s per call =  138.8 tokens/s",
+     "plain                  first call   3.40 s (compiling  2.42 s), then 0.205 s per call =  195.4 tokens/s"),
+    ("8 graph(s) compiled, 16.51 s compiling; first call 4.055 s, steady state 0.056 s (median of 7)",
+     "8 graph(s) compiled, 1.20 s compiling; first call 0.981 s, steady state 0.011 s (median of 7)"),
+    ("the run finished (exit status 0) in 26.8 s", "the run finished (exit status 0) in 112.3 s"),
+    ("took 120.0 µs, then 3.5 ms", "took 95.0 µs, then 2.9 ms"),
+    ("35 tokens/s", "350 tokens/s"),
+    # notebook 04's table and the device reports
+    ("device:                cpu", "device:                neuron:0"),
+    ("device: cpu", "device: cuda:1"),
+    ("pipeline(device='cpu')", "pipeline(device='neuron')"),
+    ("tensor([1], device='cuda:0')", "tensor([1], device='neuron:0')"),
+    ("device(type='cpu')", "device(type='neuron', index=0)"),
+    ("torch 2.13.0+cpu, transformers 5.24.0", "torch 2.14.1, transformers 5.30.0.dev0"),
+    ("python 3.11.5, torch-neuronx 2.9.0.2.11", "python 3.12.1, torch-neuronx 2.10.0.2.12"),
+    ("transformers==5.24.0", "transformers==5.25.1"),
+    # notebook 05's stored paths (tools/normalize_notebooks.py) against a fresh run's
+    ("Writing <tmp>/trnlab-05-3_ljaqh4/train_sharded.py", f"Writing {tempfile.gettempdir()}/trnlab-05-ab1_x9zz/train_sharded.py"),
+    ("scratch <tmp>/tmpk3j_x9a2", f"scratch {tempfile.gettempdir()}/tmp0a1b2c3d"),
+    ("model trnlab/assets/tiny-qwen3", f"model {REPO}/trnlab/assets/tiny-qwen3"),
+    ("cache ~/.cache/huggingface", f"cache {os.path.expanduser('~')}/.cache/huggingface"),
+    ("(<site-packages>/transformers/utils/deprecation.py:121)",
+     f"({REPO}/.venv/lib/python3.11/site-packages/transformers/utils/deprecation.py:121)"),
+]
+
+
+@pytest.mark.parametrize("stored, fresh", NEAR_MISSES)
+def test_sanitizing_keeps_a_real_difference(stored, fresh):
+    assert sanitize(stored, REPO) != sanitize(fresh, REPO)
+
+
+@pytest.mark.parametrize("stored, fresh", SAME)
+def test_sanitizing_equates_what_the_readme_lists(stored, fresh):
+    assert sanitize(stored, REPO) == sanitize(fresh, REPO)
+
+
+def test_sanitize_masks_each_value_in_its_context():
     assert sanitize("device: neuron:0") == sanitize("device: cpu") == "device: <DEVICE>"
     assert sanitize("torch 2.13.0+cpu, transformers 5.24.0") == "torch <VERSION>, transformers <VERSION>"
-    assert sanitize("/home/me/x/y and 12.5 s and 0x7f3a") == "<PATH> and <TIME> and <ADDR>"
-    assert sanitize("Loss 7.6819, 42 graphs") == "Loss 7.6819, 42 graphs"  # numbers that are not timings stay
+    assert sanitize("<Foo at 0x7f3a> took 12.5 s, 3.0 tok/s") == "<Foo at <ADDR>> took <TIME>, <RATE>"
+    assert sanitize("timeout 30 s, crc 0x7f3a, /home/me/x/y") == "timeout 30 s, crc 0x7f3a, /home/me/x/y"
+
+
+# --- bundled-model cells ---------------------------------------------------------------------
+
+def test_other_model_reads_the_runs_model_as_the_kernel_would(tmp_path, monkeypatch):
+    notebook = SimpleNamespace(path=tmp_path / "nb.ipynb", env={})
+    monkeypatch.delenv("TRNLAB_MODEL", raising=False)
+    assert other_model(notebook) is None
+    monkeypatch.setenv("TRNLAB_MODEL", "Qwen/Qwen3-0.6B")
+    assert other_model(notebook) == "Qwen/Qwen3-0.6B"
+    notebook.env = {"TRNLAB_MODEL": str(BUNDLED_MODEL_DIR)}  # the run's own setting wins
+    assert other_model(notebook) is None
+    notebook.env = {"TRNLAB_MODEL": os.path.relpath(BUNDLED_MODEL_DIR, tmp_path)}  # from the notebook's folder
+    assert other_model(notebook) is None
+    notebook.env = {"TRNLAB_MODEL": ""}
+    assert other_model(notebook) is None
+    assert BUNDLED_MODEL_DIR == Path(__import__("trnlab.assets", fromlist=["x"]).BUNDLED_MODEL_DIR)
+
+
+BUNDLE_CELLS = [
+    ("import os\nMODEL = os.environ.get('TRNLAB_MODEL')", []),
+    ("# NBVAL_CHECK_OUTPUT\nprint('greedy text of', 'another model' if MODEL else 'the bundled model')", ["bundled-model"]),
+    ("print('vocabulary', 761 if not MODEL else 1000)", ["bundled-model", "nbval-check-output"]),
+    ("# NBVAL_CHECK_OUTPUT\nprint('model setting:', MODEL)", []),
+    ("# NBVAL_CHECK_OUTPUT\nprint('bucketed == unbucketed:', True)", []),
+]
+
+
+def test_bundled_model_cells_run_unchecked_with_another_model_and_the_report_says_so(tmp_path):
+    """Under pytest-xdist too: the terminal summary counts from the workers' reports."""
+    path = tmp_path / "bundle.ipynb"
+    _notebook(path, [source for source, _ in BUNDLE_CELLS])
+    nb = nbformat.read(path, as_version=4)
+    for cell, (_, tags) in zip(nb.cells, BUNDLE_CELLS):
+        cell.metadata["tags"] = tags
+    nbformat.write(nb, path)
+    # This session's model is another one; its --notebook-env run names the bundled folder.
+    done = _pytest(path, "-rA", "-n", "1", "--notebook-env", f"TRNLAB_MODEL={BUNDLED_MODEL_DIR}",
+                   env={"TRNLAB_MODEL": "/models/other-qwen3"})
+    out = done.stdout
+    bundled = f"bundle.ipynb[TRNLAB_MODEL={BUNDLED_MODEL_DIR}]"
+    # Another model: the two bundled-model cells run unchecked; the others are still compared.
+    assert "PASSED bundle.ipynb::Cell 1" in out and "PASSED bundle.ipynb::Cell 2" in out, out
+    assert "FAILED bundle.ipynb::Cell 3" in out and "PASSED bundle.ipynb::Cell 4" in out, out
+    # The bundled model, named by its folder: every checked cell is compared.
+    assert f"FAILED {bundled}::Cell 1" in out and f"FAILED {bundled}::Cell 2" in out, out
+    assert f"FAILED {bundled}::Cell 3" in out and f"PASSED {bundled}::Cell 4" in out, out
+    assert "trnlab: checked cells run unchecked" in out, out
+    assert ("bundle.ipynb: 2 checked cell(s) tagged 'bundled-model' ran unchecked (TRNLAB_MODEL=/models/other-qwen3 "
+            "is not the bundled model; their stored output is the bundled model's)") in out, out
+    assert f"{bundled}: " not in out.split("checked cells run unchecked")[1], out
+    assert "4 failed, 7 passed" in out, out
+
+
+def test_the_rules_items_are_opt_in(nbval_folder):
+    with_rules = _pytest(nbval_folder, "--co")
+    assert "broken.ipynb::trnlab rules" in with_rules.stdout, with_rules.stdout
+    without = _pytest(nbval_folder, "--co", rules=False)
+    assert "trnlab rules" not in without.stdout and "broken.ipynb::Cell 0" in without.stdout, without.stdout

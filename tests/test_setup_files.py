@@ -61,3 +61,22 @@ def test_make_lab_opens_jupyterlab_on_the_notebooks():
     import os
     if os.geteuid() == 0:  # JupyterLab refuses root without this flag
         assert "--allow-root" in lab[-1]
+
+
+def test_readme_settings_tables_list_every_variable_the_notebooks_and_package_read():
+    import json
+
+    read = set()
+    for path in [*(ROOT / "notebooks").glob("[0-9]*.ipynb")]:
+        cells = json.loads(path.read_text())["cells"]
+        read |= {name for c in cells if c["cell_type"] == "code"
+                 for name in re.findall(r"\bTRNLAB_[A-Z_]+\b", "".join(c["source"]))}
+    for path in (ROOT / "trnlab").rglob("*.py"):
+        read |= set(re.findall(r"\bTRNLAB_[A-Z_]+\b", path.read_text()))
+    read.discard("TRNLAB_LAUNCH_ID")  # set by trnlab.launch in its own children, never by a user
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(TRNLAB_[A-Z_]+)`", section))
+    assert read, "no TRNLAB_ variable found: the scan is broken"
+    assert read - listed == set(), f"add to the README's settings tables: {sorted(read - listed)}"
+    assert listed - read == set(), f"the README lists variables nothing reads: {sorted(listed - read)}"

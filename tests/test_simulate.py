@@ -122,10 +122,16 @@ def test_exit_restores_after_an_error():
 
 def test_claim_1_device_module():
     decision = sim.claim_neuron_device()
-    assert str(decision) == ("SIMULATED claim 1: torch.neuron.is_available(), torch.neuron.device_count() "
-                             "-> True 4")
-    assert decision.values == {"is_available": True, "device_count": 4, "accelerator": "neuron",
-                               "accelerator_count": 4}
+    assert str(decision) == ("SIMULATED claim 1: print(torch.neuron.is_available(), torch.neuron.device_count()) "
+                             "-> prints 'True 4' (the 4 cores are the simulation's input, not detected); "
+                             "torch.accelerator.current_accelerator() -> neuron, device_count() -> 4; "
+                             "trnlab.pick_device() -> neuron:0")
+    assert decision.values == {"printed": "True 4", "cores_given": 4, "accelerator": "neuron",
+                               "accelerator_count": 4, "pick_device": "neuron:0"}
+    # The printed line follows the simulated machine: a trn2.48xlarge shows 64, no core shows False 0.
+    assert sim.claim_neuron_device(64).values["printed"] == "True 64"
+    empty = sim.claim_neuron_device(0).values
+    assert (empty["printed"], empty["pick_device"]) == ("False 0", "cpu")
     _nothing_left_behind()
 
 

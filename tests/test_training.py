@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
+import os
 import sys
 
 import pytest
@@ -37,8 +39,39 @@ def packed(tokenizer):
     return data.packed_dataset(tokenizer, data.training_texts(40, seed=1), 16)
 
 
-def test_training_arguments_on_cpu(tmp_path, capsys):
-    args = training.training_arguments(tmp_path, torch.device("cpu"), max_steps=3)
+def page_arguments(output_dir, max_steps=1, backend="eager", **more):
+    """The page's TrainingArguments on CPU, as notebook 04 writes them."""
+    from transformers import TrainingArguments
+
+    settings = dict(output_dir=str(output_dir), bf16=False, torch_compile=True, torch_compile_backend=backend,
+                    dataloader_drop_last=True, use_cpu=True, max_steps=max_steps, per_device_train_batch_size=2,
+                    learning_rate=3e-3, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
+                    report_to="none", disable_tqdm=True)
+    return TrainingArguments(**{**settings, **more})
+
+
+def page_trainer(model, args, rows, collator, callbacks=(), static=True):
+    """``Trainer(...)`` as notebook 04 builds it: static shapes, the recorder watching the collator."""
+    from transformers import PrinterCallback, Trainer
+
+    recorders = [c for c in callbacks if isinstance(c, training.TrainingRecorder)]
+    if recorders:
+        collator = recorders[0].watch(collator)
+    with training.static_shape_compiles() if static else contextlib.nullcontext():
+        trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator, callbacks=list(callbacks))
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def test_precision_choice_per_device():
+    assert training.precision_choice("cpu")[0] is False and "float32" in training.precision_choice("cpu")[1]
+
+
+def test_deprecated_training_arguments_warns_and_still_works(tmp_path, capsys):
+    with pytest.warns(FutureWarning, match=r"trnlab.training_arguments is deprecated and will be removed in "
+                                           r"trnlab 0.3: write TrainingArguments\(output_dir=\.\.\., bf16=bf16, "
+                                           r"torch_compile=True, dataloader_drop_last=True"):
+        args = training.training_arguments(tmp_path, torch.device("cpu"), max_steps=3)
     out = capsys.readouterr().out
     assert args.device.type == "cpu" and args.use_cpu
     assert args.bf16 is False and "bf16=False" in out and "float32" in out
@@ -63,28 +96,75 @@ def neuron_for_transformers(fake_neuron, monkeypatch):
     imports.is_neuron_available.cache_clear()  # Accelerate caches the answer; later tests run on CPU
 
 
-def test_training_arguments_on_neuron(neuron_for_transformers, tmp_path, capsys):
-    args = training.training_arguments(tmp_path, torch.device("neuron", 0), max_steps=3)
-    out = capsys.readouterr().out
-    assert str(args.device) == "neuron:0"
-    assert args.bf16 is True and "every Trainium generation" in out
-    assert args.torch_compile_backend == "neuron" and "torch_compile_backend: 'neuron'" in out
-    with pytest.raises(ValueError, match="backend .inductor. cannot compile for a NeuronCore"):
+def test_training_arguments_on_neuron(neuron_for_transformers, tmp_path):
+    from transformers import TrainingArguments
+
+    # The page's own call, under the simulated trn2: Transformers picks the device and the backend.
+    args = TrainingArguments(output_dir=str(tmp_path), bf16=True, torch_compile=True)
+    assert str(args.device) == "neuron:0" and args.bf16 is True and args.torch_compile_backend == "neuron"
+    bf16, reason = training.precision_choice(torch.device("neuron", 0))
+    assert bf16 is True and "every Trainium generation" in reason
+    with pytest.warns(FutureWarning, match="training_arguments is deprecated"):
+        old = training.training_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, verbose=False)
+    assert old.torch_compile_backend == "neuron" and old.bf16 is True
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="backend .inductor. cannot compile for a NeuronCore"):
         training.training_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, compile_backend="inductor")
 
 
-def test_make_trainer_compiles_with_static_shapes(tokenizer, packed, tmp_path):
-    args = training.training_arguments(tmp_path, "cpu", max_steps=1, compile_backend="aot_eager", verbose=False)
+def test_static_shape_compiles_gives_dynamic_false_off_neuron(tokenizer, packed, tmp_path, monkeypatch):
+    monkeypatch.delenv(training.STATIC_SHAPES_ENV_VAR, raising=False)
     collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
-    static = training.make_trainer(tiny_model(tokenizer), args, packed, collator)
+    static = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator)
     assert training.compile_settings(static) == {"backend": "aot_eager", "mode": "default", "dynamic": False}
+    assert training.STATIC_SHAPES_ENV_VAR not in os.environ  # restored after the block
     # Without it, Transformers leaves dynamic=None off Neuron: dynamo would go symbolic after two shapes.
     # (new TrainingArguments for each Trainer: the accelerator state they set up is shared)
-    args = training.training_arguments(tmp_path, "cpu", max_steps=1, compile_backend="aot_eager", verbose=False)
-    default = training.make_trainer(tiny_model(tokenizer), args, packed, collator, static_shapes=False)
+    default = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator,
+                           static=False)
     assert training.compile_settings(default)["dynamic"] is None
-    eager = training.training_arguments(tmp_path, "cpu", max_steps=1, torch_compile=False, verbose=False)
-    assert training.compile_settings(training.make_trainer(tiny_model(tokenizer), eager, packed, collator)) == {}
+    # The notebook's visible line does the same for the whole process.
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "false")
+    visible = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator,
+                           static=False)
+    assert training.compile_settings(visible)["dynamic"] is False
+    eager = page_arguments(tmp_path, torch_compile=False, torch_compile_backend=None)
+    assert training.compile_settings(page_trainer(tiny_model(tokenizer), eager, packed, collator)) == {}
+
+
+def test_deprecated_make_trainer_warns_and_compiles_with_static_shapes(tokenizer, packed, tmp_path):
+    collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
+    with pytest.warns(FutureWarning, match=r"trnlab.make_trainer is deprecated.*write os.environ\[\"ACCELERATE_DYNAMO_"
+                                           r"USE_DYNAMIC\"\] = \"false\".*Trainer\(model=model"):
+        trainer = training.make_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"),
+                                        packed, collator)
+    assert training.compile_settings(trainer)["dynamic"] is False
+
+
+def test_deprecated_train_strategy_warns_once_and_trains(tokenizer, tmp_path):
+    import warnings
+
+    texts = data.training_texts(24, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer, recorder = training.train_strategy("fixed", tiny_model(tokenizer), tokenizer, texts, tmp_path, "cpu",
+                                                    length=32, max_steps=2, batch_size=2, compile_backend="eager",
+                                                    disable_tqdm=True)
+    future = [w for w in caught if issubclass(w.category, FutureWarning)]
+    assert len(future) == 1 and "trnlab.train_strategy is deprecated" in str(future[0].message)
+    assert "trnlab.data.strategy_dataset(strategy, tokenizer, texts, length)" in str(future[0].message)
+    assert future[0].filename == __file__  # the warning points at the caller's line
+    assert recorder.shapes == [(2, 32)] and recorder.graphs == 1 and len(recorder.losses) == 2
+
+
+def test_format_table_moved_to_plots_with_a_warning():
+    import trnlab
+
+    with pytest.warns(FutureWarning, match=r"trnlab.training.format_table is deprecated.*write "
+                                           r"trnlab.plots.format_table \(or trnlab.format_table\) instead"):
+        moved = training.format_table
+    assert moved is plots.format_table is trnlab.format_table
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        training.no_such_name
 
 
 def _rows_of_distinct_lengths(tokenizer, n):
@@ -97,11 +177,10 @@ def _rows_of_distinct_lengths(tokenizer, n):
 def test_recorder_sees_a_graph_per_new_shape_then_none(tokenizer, tmp_path):
     # Batches of one row, every row a different length: every step is a new shape.
     rows = _rows_of_distinct_lengths(tokenizer, 3)
-    args = training.training_arguments(tmp_path / "dynamic", "cpu", max_steps=3, batch_size=1,
-                                       compile_backend="eager", verbose=False, disable_tqdm=True)
+    args = page_arguments(tmp_path / "dynamic", max_steps=3, per_device_train_batch_size=1)
     recorder = training.TrainingRecorder()
-    training.make_trainer(tiny_model(tokenizer), args, rows, data.PaddingCollator(tokenizer.pad_token_id),
-                          callbacks=[recorder]).train()
+    page_trainer(tiny_model(tokenizer), args, rows, data.PaddingCollator(tokenizer.pad_token_id),
+                 callbacks=[recorder]).train()
     assert [s.step for s in recorder.steps] == [1, 2, 3]
     assert len(recorder.shapes) == 3 and all(s.new_graphs == 1 for s in recorder.steps)
     assert recorder.graphs == 3 and recorder.graphs_after_warmup == 2
@@ -110,11 +189,10 @@ def test_recorder_sees_a_graph_per_new_shape_then_none(tokenizer, tmp_path):
 
     # Fixed length: the first step (warm-up) compiles the one graph, the rest reuse it.
     fixed = data.fixed_length_dataset(tokenizer, data.training_texts(16), 64, max_positions=128)
-    args = training.training_arguments(tmp_path / "fixed", "cpu", max_steps=4, batch_size=2,
-                                       compile_backend="eager", verbose=False, disable_tqdm=True)
+    args = page_arguments(tmp_path / "fixed", max_steps=4)
     recorder = training.TrainingRecorder()
-    training.make_trainer(tiny_model(tokenizer), args, fixed, data.PaddingCollator(tokenizer.pad_token_id, (64,)),
-                          callbacks=[recorder]).train()
+    page_trainer(tiny_model(tokenizer), args, fixed, data.PaddingCollator(tokenizer.pad_token_id, (64,)),
+                 callbacks=[recorder]).train()
     assert recorder.shapes == [(2, 64)]
     assert [s.new_graphs for s in recorder.steps] == [1, 0, 0, 0]
     assert recorder.graphs == 1 and recorder.graphs_after_warmup == 0
@@ -125,12 +203,12 @@ def test_recorder_sees_a_graph_per_new_shape_then_none(tokenizer, tmp_path):
 
 
 def _run(model, rows, collator, output_dir, stop_at=None, resume=None):
-    args = training.training_arguments(output_dir, "cpu", max_steps=6, batch_size=2, learning_rate=3e-3,
-                                       save_steps=2, verbose=False, disable_tqdm=True,
-                                       torch_compile=False)  # resuming does not depend on compiling; keep it fast
+    # resuming does not depend on compiling; keep it fast
+    args = page_arguments(output_dir, max_steps=6, torch_compile=False, torch_compile_backend=None,
+                          save_strategy="steps", save_steps=2, seed=0, data_seed=0)
     recorder = training.TrainingRecorder()
     callbacks = [recorder] + ([training.StopAtStep(stop_at)] if stop_at else [])
-    training.make_trainer(model, args, rows, collator, callbacks=callbacks).train(resume_from_checkpoint=resume)
+    page_trainer(model, args, rows, collator, callbacks=callbacks).train(resume_from_checkpoint=resume)
     return {s.step: s.loss for s in recorder.steps}
 
 
@@ -153,14 +231,14 @@ def test_resume_continues_the_loss_curve_exactly(tokenizer, packed, tmp_path):
 
 
 def test_last_checkpoint_without_checkpoints(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint-N folder.*save_steps"):
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint-N folder.*save_strategy=\"steps\", save_steps=N"):
         training.last_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="save_steps"):
         training.last_checkpoint(tmp_path / "missing")
 
 
 def test_bad_training_inputs(tmp_path):
-    with pytest.raises(ValueError, match="max_steps must be at least 1"):
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="max_steps must be at least 1"):
         training.training_arguments(tmp_path, "cpu", max_steps=0, verbose=False)
     with pytest.raises(ValueError, match="step must be at least 1"):
         training.StopAtStep(0)
@@ -197,16 +275,42 @@ def test_live_plot_replaces_the_notebook_loss_table(tokenizer, packed, tmp_path,
 
     # What Trainer does when it runs inside Jupyter: its progress callback is the notebook one.
     monkeypatch.setattr(transformers.trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)
-    args = training.training_arguments(tmp_path, "cpu", max_steps=1, verbose=False, torch_compile=False)
+    # Deprecated behaviour of make_trainer, kept until trnlab 0.3.
+    args = page_arguments(tmp_path, torch_compile=False, torch_compile_backend=None, disable_tqdm=False)
     collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
-    plain = training.make_trainer(tiny_model(tokenizer), args, packed, collator)
+    with pytest.warns(FutureWarning, match="make_trainer is deprecated"):
+        plain = training.make_trainer(tiny_model(tokenizer), args, packed, collator)
     assert [type(c) for c in plain.callback_handler.callbacks if isinstance(c, NotebookProgressCallback)] == \
         [NotebookProgressCallback]
-    args = training.training_arguments(tmp_path, "cpu", max_steps=1, verbose=False, torch_compile=False)
-    with_plot = training.make_trainer(tiny_model(tokenizer), args, packed, collator, callbacks=[training.LiveLossPlot()])
+    args = page_arguments(tmp_path, torch_compile=False, torch_compile_backend=None, disable_tqdm=False)
+    with pytest.warns(FutureWarning, match="make_trainer is deprecated"):
+        with_plot = training.make_trainer(tiny_model(tokenizer), args, packed, collator,
+                                          callbacks=[training.LiveLossPlot()])
     bars = [c for c in with_plot.callback_handler.callbacks if isinstance(c, NotebookProgressCallback)]
     assert [type(c).__name__ for c in bars] == ["NotebookProgressBar"]
     state = type("State", (), {"global_step": 1, "max_steps": 1})()
     bars[0].on_train_begin(args, state, None)
     bars[0].on_log(args, state, None, logs={"loss": 1.0})
     assert bars[0].training_tracker.inner_table is None  # a bar, and no table of losses under it
+
+
+def test_notebook_04_writes_the_page_calls_not_the_deprecated_helpers():
+    import json
+    import re
+    from pathlib import Path
+
+    notebook = Path(__file__).resolve().parent.parent / "notebooks" / "04_training.ipynb"
+    cells = json.loads(notebook.read_text())["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    calls = re.findall(r"TrainingArguments\((.*?)\)\n", source, flags=re.S)
+    assert any(all(f in call for f in ("output_dir=", "bf16=", "torch_compile=True", "dataloader_drop_last=True"))
+               for call in calls), calls
+    assert "Trainer(model=" in source and ".train(" in source
+    assert 'os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "false"' in source  # static shapes, visibly
+    for hidden in ("training_arguments(", "make_trainer(", "train_strategy(", "fresh_neff_cache"):
+        assert hidden not in source, hidden
+    assert "ProfilerActivity.PrivateUse1" in source and "torch.neuron.get_dynamo_metrics()" in source
+    assert "format_accelerator_memory(device)" in source
+    markdown = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    for wrong in ("derived by AOTAutograd", "inside the first backward", "seconds to minutes", "picked neuron:0"):
+        assert wrong not in markdown, wrong

@@ -42,10 +42,11 @@ __version__ = "0.1.0"
 #: Public names, grouped as the course teaches them: ``{group: {name: module}}``.
 GROUPS: dict[str, dict[str, str]] = {
     "Set up and check a machine (notebook 01)": {
-        "setup": "notebook", "read_settings": "settings", "Settings": "settings", "SettingError": "settings",
+        "setup": "notebook", "run_summary": "notebook", "read_settings": "settings", "Settings": "settings", "SettingError": "settings",
         "show_report": "doctor", "device_report": "device", "detect_backend": "device",
         "pick_device": "device", "resolve_device_map": "device", "resolve_dtype": "device",
-        "DeviceNotAvailableError": "device", "simulate_neuron": "simulate", "simulated_decisions": "simulate",
+        "DeviceNotAvailableError": "device", "accelerator_memory": "device", "format_accelerator_memory": "device",
+        "simulate_neuron": "simulate", "simulated_decisions": "simulate",
     },
     "Load the model (notebooks 01-05)": {
         "load_model": "models", "load_tokenizer": "models", "load_config": "models", "model_name": "models",
@@ -59,12 +60,13 @@ GROUPS: dict[str, dict[str, str]] = {
     "Compile, count graphs, bucket shapes (notebook 03)": {
         "compile_backend": "compile_tracking", "generation_compile_config": "compile_tracking",
         "CompileTracker": "compile_tracking", "forget_compiled_graphs": "compile_tracking", "fresh_neff_cache": "compile_tracking",
-        "graphs_compiled": "compile_tracking",
+        "graphs_compiled": "compile_tracking", "recompile_log": "compile_tracking",
+        "cold_neff_cache_env": "compile_tracking",
         "ShapeBuckets": "buckets", "PromptTooLongError": "buckets", "bucket_for": "buckets",
         "bucket_pad_tokens": "buckets", "choose_buckets": "buckets", "padding_by_bucket_count": "buckets",
         "bucketed_generate": "generation",
         "sample_prompt_lengths": "bench", "corpus_prompts": "bench", "run_generation_workload": "bench",
-        "time_generation": "bench", "identical_outputs": "bench", "bucket_slider": "widgets",
+        "time_generation": "bench", "timings_differ": "bench", "identical_outputs": "bench", "bucket_slider": "widgets",
     },
     "Train with static shapes (notebook 04)": {
         "NEW_FACT_PROMPT": "data", "training_texts": "data", "fixed_length_dataset": "data",
@@ -80,6 +82,8 @@ GROUPS: dict[str, dict[str, str]] = {
         "validate_parallel_sizes": "launcher", "rank_neuron_cores": "launcher", "LaunchConfigError": "launcher",
         "LaunchResult": "launcher",
         "pad_vocabulary": "distributed", "read_run": "distributed",
+    },
+    "Plan a real run (notebook 06)": {
         "plan_memory": "planning", "plan_mesh": "planning",
     },
     "Plots and tables": {
@@ -100,10 +104,16 @@ CONSTANTS = {
 
 __all__ = list(_MODULE_OF)
 
+#: Renamed names that still resolve for one release, not in ``__all__``: ``{old name: module}``.
+#: Each warns (``FutureWarning``) with its new name when used.
+DEPRECATED_NAMES: dict[str, str] = {
+    "bucket_padding_tokens": "buckets", "waste_by_bucket_count": "buckets", "reset_compile_state": "compile_tracking",
+}
+
 
 def __getattr__(name: str):
     # Import a public name's module on first use (PEP 562), so `import trnlab` stays light.
-    module = _MODULE_OF.get(name)
+    module = _MODULE_OF.get(name) or DEPRECATED_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'trnlab' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"trnlab.{module}"), name)

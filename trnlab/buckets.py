@@ -26,6 +26,14 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 
+#: What each empty sequence should have held, said in its error.
+_WHAT_TO_PASS = {
+    "prompt lengths": "pass the token counts of your prompts (a sample of them will do), e.g. [12, 40, 7]",
+    "buckets": "pass at least one bucket length (padded prompt lengths in tokens), e.g. (32, 64, 128), "
+               "or let trnlab.choose_buckets(prompt_lengths, k) pick them from your prompts' token counts",
+}
+
+
 def _check_lengths(lengths: Iterable[int], max_positions: int | None = None, what: str = "prompt lengths") -> list[int]:
     if isinstance(lengths, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of token counts, not a string")
@@ -35,8 +43,7 @@ def _check_lengths(lengths: Iterable[int], max_positions: int | None = None, wha
         raise TypeError(f"{what} must be a sequence of token counts (e.g. [12, 40, 7]), got "
                         f"{type(lengths).__name__}") from None
     if not lengths:
-        raise ValueError(f"{what} is empty: pass at least one length (the token counts of a sample of "
-                         "your prompts)")
+        raise ValueError(f"{what} is empty: {_WHAT_TO_PASS.get(what, 'pass at least one length')}")
     checked, bad = [], []
     for n in lengths:
         try:  # ints, numpy integers, 0-d integer tensors; never bools or floats
@@ -80,7 +87,8 @@ def bucket_pad_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:
     return sum(bucket_for(n, buckets) - n for n in lengths)
 
 
-def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = None) -> tuple[int, ...]:
+def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = None, *,
+                   max_length: int | None = None) -> tuple[int, ...]:
     """The at most ``k`` bucket lengths that minimise :func:`bucket_pad_tokens` for ``lengths``.
 
     ``lengths`` are the token counts of a sample of prompts, ``k`` the graph budget. An
@@ -89,9 +97,15 @@ def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = N
     sorted distinct lengths finds it exactly: ``best[m][j]`` is the least waste covering the
     first ``j + 1`` distinct lengths with ``m`` buckets, the last one at length ``j``. With
     ``k`` at least the number of distinct lengths every length is its own bucket (no waste).
-    ``max_positions`` (e.g. ``max_position_embeddings``) rejects lengths the model cannot take.
+    ``max_positions`` (e.g. ``max_position_embeddings``) rejects lengths the model cannot take
+    (``max_length=``, its old name, still works with a ``FutureWarning``).
     Notebook 03 plots the waste against ``k``.
     """
+    if max_length is not None:
+        if max_positions is not None:
+            raise TypeError("choose_buckets got max_positions and max_length (its old name): pass max_positions only")
+        _deprecated("choose_buckets(max_length=...)", "choose_buckets(..., max_positions=...)")
+        max_positions = max_length
     given = k
     try:
         k = -1 if isinstance(k, bool) else operator.index(k)
@@ -189,3 +203,30 @@ class ShapeBuckets:
                 f"buckets up to {self.longest} tokens + max_new_tokens={self.max_new_tokens} need a cache of "
                 f"{self.cache_length} positions, but the model has max_position_embeddings={limit}: "
                 "lower the longest bucket or max_new_tokens")
+
+
+# ---------------------------------------------------------------------------------------------
+# Deprecated names (trnlab 0.1 had them in trnlab.generation); removed in trnlab 0.3
+# ---------------------------------------------------------------------------------------------
+
+
+def _deprecated(old: str, write: str) -> None:
+    import warnings
+
+    warnings.warn(f"trnlab.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
+                  FutureWarning, stacklevel=3)
+
+
+def bucket_padding_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:
+    """Deprecated name of :func:`bucket_pad_tokens`."""
+    _deprecated("bucket_padding_tokens", "trnlab.bucket_pad_tokens(lengths, buckets)")
+    return bucket_pad_tokens(lengths, buckets)
+
+
+def waste_by_bucket_count(lengths: Iterable[int], max_k: int) -> list[dict]:
+    """Deprecated name of :func:`padding_by_bucket_count` (rows also keep the old keys
+    ``padded_tokens`` and ``waste_fraction``, now ``pad_tokens`` and ``padding_waste``)."""
+    _deprecated("waste_by_bucket_count", "trnlab.padding_by_bucket_count(lengths, max_k) and read its rows' "
+                "pad_tokens and padding_waste (were padded_tokens and waste_fraction)")
+    return [row | {"padded_tokens": row["pad_tokens"], "waste_fraction": row["padding_waste"]}
+            for row in padding_by_bucket_count(lengths, max_k)]

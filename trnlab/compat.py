@@ -59,6 +59,19 @@ def dynamo_recompile_limit(limit: int):
     return torch._dynamo.config.patch(recompile_limit=limit)
 
 
+#: The logger of dynamo's ``recompiles`` log artifact (what ``TORCH_LOGS=recompiles`` prints).
+DYNAMO_RECOMPILES_LOGGER = "torch._dynamo.guards.__recompiles"
+
+
+def dynamo_recompiles_logger():
+    """The ``logging.Logger`` dynamo writes each "Recompiling function ..." message to."""
+    import logging
+
+    import torch._dynamo.guards  # noqa: F401  (creates the artifact logger)
+
+    return logging.getLogger(DYNAMO_RECOMPILES_LOGGER)
+
+
 def no_compile_caches():
     """A context manager that turns off inductor's FX graph cache and the AOTAutograd cache,
     so every graph really compiles (the training benchmark measures cold compiles)."""
@@ -201,6 +214,7 @@ INTERNALS = {
     "dynamo compile time": "torch._dynamo.utils.compilation_time_metrics",
     "dynamo reset": "torch._dynamo.reset",
     "dynamo recompile_limit": "torch._dynamo.config.recompile_limit",
+    "dynamo recompiles log": f"logging.getLogger({DYNAMO_RECOMPILES_LOGGER!r})",
     "inductor fx_graph_cache": "torch._inductor.config.fx_graph_cache",
     "AOTAutograd cache": "torch._functorch.config.enable_autograd_cache",
     "generate compile state": "GenerationMixin attributes " + ", ".join(GENERATE_STATE_ATTRIBUTES),

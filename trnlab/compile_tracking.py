@@ -52,26 +52,61 @@ def forget_compiled_graphs(model=None) -> None:
     ``torch._dynamo.reset()`` drops compiled graphs. ``generate()`` also keeps, on ``model``,
     its compiled forward and the largest static-cache length used so far (shorter prompts
     reuse it): pass the model to forget those too. Without it a second experiment would reuse
-    the first one's graphs and count 0. (On Trainium the NEFF cache on disk still saves the
-    compiler's time: see :func:`trnlab.fresh_neff_cache`.) Notebooks 03 and 04 call it
-    between experiments.
+    the first one's graphs and count 0. On Trainium the NEFF cache on disk still holds the
+    compiled graphs, so the compiler's time is saved (see :func:`cold_neff_cache_env`).
+    Notebooks 03 and 04 call it between experiments.
     """
     compat.dynamo_reset()
     if model is not None:
         compat.forget_generate_state(model)
 
 
-@contextmanager
-def fresh_neff_cache(enabled: bool = True):
-    """Compile into an empty NEFF cache inside the block, so a re-run shows the compile time again.
+def reset_compile_state(model=None) -> None:
+    """Deprecated name of :func:`forget_compiled_graphs`."""
+    _deprecated("reset_compile_state", "trnlab.forget_compiled_graphs(model)")
+    forget_compiled_graphs(model)
 
-    TorchNeuron caches compiled graphs (NEFFs) on disk in ``TORCH_NEURONX_NEFF_CACHE_DIR``
-    (default ``/tmp/neff_cache``): a second run of an experiment would load them and hide the
-    compile time it is meant to show. Inside the block the variable points at a new temporary
-    folder, removed at the end; the previous value is restored. Yields the folder (``None``
-    when ``enabled`` is False). Off Trainium it changes nothing that runs, and is harmless.
-    Notebooks 03 and 04 wrap their compile-cost experiments in it.
+
+def _deprecated(old: str, write: str) -> None:
+    import warnings
+
+    warnings.warn(f"trnlab.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
+                  FutureWarning, stacklevel=3)
+
+
+#: TorchNeuron's switch that turns its on-disk NEFF cache off (read once per process).
+NEFF_DISABLE_CACHE_VAR = "TORCH_NEURONX_NEFF_DISABLE_CACHE"
+
+
+def cold_neff_cache_env() -> dict[str, str]:
+    """Environment variables that make a *new* process compile every Neuron graph again.
+
+    TorchNeuron keeps compiled graphs (NEFFs) on disk (``TORCH_NEURONX_NEFF_CACHE_DIR``,
+    default ``/tmp/neff_cache``), so a re-run loads them instead of compiling: the cache stays
+    warm, which is what you want. For a cold start, as on a fresh machine, start a new process
+    with these variables (``{"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"}``):
+    ``subprocess.run(cmd, env={**os.environ, **trnlab.cold_neff_cache_env()})`` or
+    ``trnlab.launch(script, env=trnlab.cold_neff_cache_env())``. TorchNeuron reads its cache
+    settings when its cache backend is built, at the first compile: changing them later in a
+    running process (a notebook kernel) has no effect. Off Trainium nothing reads them.
     """
+    return {NEFF_DISABLE_CACHE_VAR: "1"}
+
+
+def fresh_neff_cache(enabled: bool = True):
+    """Deprecated: it could not empty TorchNeuron's NEFF cache in a running process.
+
+    It pointed ``TORCH_NEURONX_NEFF_CACHE_DIR`` at an empty temporary folder inside the block
+    (still does, for processes started inside it), but TorchNeuron reads the variable once,
+    when its cache backend is built. Use :func:`cold_neff_cache_env` for a new process.
+    """
+    _deprecated("fresh_neff_cache", "nothing (the NEFF cache stays warm), or for a cold start run the code in a "
+                "new process with env={**os.environ, **trnlab.cold_neff_cache_env()},")
+    return _temporary_neff_cache_dir(enabled)
+
+
+@contextmanager
+def _temporary_neff_cache_dir(enabled: bool):
     import os
     import shutil
     import tempfile
@@ -92,6 +127,47 @@ def fresh_neff_cache(enabled: bool = True):
         else:
             os.environ[NEFF_CACHE_VAR] = previous
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def recompile_log():
+    """Collect dynamo's recompile messages inside the block: why each graph was compiled again.
+
+    Turn the log on first, with ``torch._logging.set_logs(recompiles=True)`` (or
+    ``TORCH_LOGS=recompiles`` before Python starts). Yields a list that fills with one message
+    per recompilation, e.g. ``"Recompiling function f in <site-packages>/...: tensor 'x' size
+    mismatch at index 0. expected 2, actual 3"`` (site-packages paths shortened). Inside the
+    block the messages are collected instead of printed; with the log off the list stays empty
+    and a warning says how to turn it on. Notebook 03 shows it.
+    """
+    import logging
+    import warnings
+
+    logger = compat.dynamo_recompiles_logger()
+    if not logger.isEnabledFor(logging.DEBUG):
+        warnings.warn("dynamo's recompile log is off, so nothing will be collected: call "
+                      "torch._logging.set_logs(recompiles=True) first", UserWarning, stacklevel=3)
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            messages.append(_shorten_paths(record.getMessage()))
+
+    handler, propagate = Collect(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _shorten_paths(text: str) -> str:
+    """Replace each ``.../site-packages/`` prefix with ``<site-packages>/`` (no machine paths)."""
+    import re
+
+    return re.sub(r"(?:[A-Za-z]:)?[^\s'\"]*[/\\](?:site|dist)-packages[/\\]", "<site-packages>/", text)
 
 
 @contextmanager
@@ -179,6 +255,10 @@ class CompileTracker:
 
     Values are live inside the block and frozen at its end. ``calls`` holds one
     :class:`CallRecord` per :meth:`call`; calls that compiled nothing are the steady state.
+    A tracker measures one block at a time: entering it again after its block ends starts a
+    new measurement (``calls`` cleared, counts from zero). Nesting it in itself, or reading
+    its counts before its first ``with``, raises ``RuntimeError`` rather than miscount; use a
+    second ``CompileTracker`` for an inner block (different trackers nest freely).
     """
 
     calls: list[CallRecord] = field(default_factory=list)
@@ -188,19 +268,32 @@ class CompileTracker:
     _start_limit_hits: int = 0
     _end: tuple[int, float, int] | None = None
     _end_limit_hits: int | None = None
+    _state: str = "new"  # "new" -> "open" (inside the with block) -> "closed"
 
     def __enter__(self) -> CompileTracker:
+        if self._state == "open":
+            raise RuntimeError("this CompileTracker is already inside its with block: nested in itself it "
+                               "would miscount. Use a second CompileTracker() for the inner block")
+        self.calls = []  # a new measurement: nothing from an earlier block
         self._start_graphs, self._start_seconds = graphs_compiled(), compile_seconds()
         self._start_neuron = len(neuron_graph_metrics() or [])
         self._start_limit_hits = recompile_limit_hits()
-        self._end, self._end_limit_hits = None, None
+        self._state = "open"
         return self
 
     def __exit__(self, *exc) -> None:
         self._end = (graphs_compiled(), compile_seconds(), len(neuron_graph_metrics() or []))
         self._end_limit_hits = recompile_limit_hits()
+        self._state = "closed"
+
+    def _check_started(self, what: str) -> None:
+        if self._state == "new":
+            raise RuntimeError(f"CompileTracker.{what} is read before the tracker's with block: it would count "
+                               "every graph this process ever compiled. Use it as "
+                               "`with CompileTracker() as tracker: ...` and read it inside or after the block")
 
     def _now(self) -> tuple[int, float, int]:
+        self._check_started("graphs / compile_seconds")
         return self._end or (graphs_compiled(), compile_seconds(), len(neuron_graph_metrics() or []))
 
     @property
@@ -216,17 +309,26 @@ class CompileTracker:
     @property
     def neuron_graphs(self) -> int | None:
         """NEFFs the Neuron backend reports for the block (``None`` off Trainium)."""
+        self._check_started("neuron_graphs")
         return None if neuron_graph_metrics() is None else self._now()[2] - self._start_neuron
 
     @property
     def recompile_limit_hits(self) -> int:
         """Functions dynamo stopped compiling inside the block (see :func:`recompile_limit_hits`)."""
+        self._check_started("recompile_limit_hits")
         end = self._end_limit_hits if self._end_limit_hits is not None else recompile_limit_hits()
         return end - self._start_limit_hits
 
     @contextmanager
     def call(self, label: str = "call"):
-        """Time the code inside and record how many graphs it compiled, and the seconds that took."""
+        """Time the code inside and record how many graphs it compiled, and the seconds that took.
+
+        Only inside the tracker's ``with`` block (``RuntimeError`` otherwise): a call outside it
+        would be listed but not counted in :attr:`graphs`.
+        """
+        if self._state != "open":
+            raise RuntimeError("CompileTracker.call() works only inside the tracker's with block: "
+                               "`with CompileTracker() as tracker: with tracker.call(...): ...`")
         graphs, seconds, start = graphs_compiled(), compile_seconds(), time.perf_counter()
         try:
             yield

@@ -346,14 +346,23 @@ def strategy_dataset(strategy: str, tokenizer, texts: Sequence[str], length: int
     """``(dataset, collator)`` for one of :data:`STRATEGIES`, every row at most ``length`` tokens.
 
     ``"dynamic"`` pads each batch to its longest row; ``"buckets"`` to the smallest of
-    ``buckets`` (default :func:`default_buckets`) that fits; ``"fixed"`` pads every row to
-    ``length``; ``"packed"`` cuts ``length``-token blocks with no padding.
+    ``buckets`` that fits (``None``: :func:`default_buckets`; an empty list raises); ``"fixed"``
+    pads every row to ``length``; ``"packed"`` cuts ``length``-token blocks with no padding.
     """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     pad = require_pad_token(tokenizer)
+    if buckets is not None and strategy != "buckets":
+        raise ValueError(f"buckets only shape the 'buckets' strategy, not {strategy!r}: drop buckets=, "
+                         "or use strategy='buckets'")
     if strategy == "dynamic":
         return tokenized_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad)
     if strategy == "buckets":
-        lengths = tuple(buckets or default_buckets(length))
+        if buckets is not None and len(buckets) == 0:
+            raise ValueError(
+                f"buckets is empty: pass the bucket lengths, in tokens, the largest being length={length} "
+                f"(e.g. buckets={default_buckets(length)}), or leave buckets=None for default_buckets(length)")
+        lengths = tuple(default_buckets(length) if buckets is None else buckets)
         if max(lengths) != length:
             raise ValueError(f"the largest bucket must be the length rows are truncated to ({length}), got {lengths}")
         return (tokenized_dataset(tokenizer, texts, length, max_positions=max_positions),
@@ -361,6 +370,4 @@ def strategy_dataset(strategy: str, tokenizer, texts: Sequence[str], length: int
     if strategy == "fixed":
         return (fixed_length_dataset(tokenizer, texts, length, max_positions=max_positions),
                 PaddingCollator(pad, (length,)))
-    if strategy == "packed":
-        return packed_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad, (length,))
-    raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    return packed_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad, (length,))

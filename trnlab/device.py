@@ -333,3 +333,77 @@ def resolve_device_map(device_map="auto", backend: str | None = None):
         raise DeviceNotAvailableError(f"device_map={device_map!r} but {requested} is not available. "
                                       f"{INSTALL_HINTS[requested]}")
     return device_map
+
+
+def accelerator_memory(device: torch.device | str) -> dict | None:
+    """Bytes of device memory held by tensors on ``device`` now and at most so far, or ``None`` on CPU.
+
+    Reads ``torch.accelerator.memory_allocated`` / ``max_memory_allocated`` (torch >= 2.9: the
+    same call serves CUDA and Neuron). Returns ``{"allocated": ..., "max_allocated": ...}``;
+    ``None`` on CPU, which has no such counter. Notebook 02 shows it after loading, notebook 04
+    after a training step.
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return None
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or not hasattr(accelerator, "memory_allocated"):
+        raise RuntimeError(f"torch {torch.__version__} has no torch.accelerator.memory_allocated: "
+                           "upgrade torch to 2.9 or later (the course uses 2.13) to read device memory.")
+    if current_accelerator() != device.type:
+        raise ValueError(f"{device} is not this process's accelerator ({current_accelerator() or 'none'}): "
+                         "torch.accelerator counts memory of the current accelerator only.")
+    index = device.index if device.index is not None else accelerator.current_device_index()
+    return {"allocated": int(accelerator.memory_allocated(index)),
+            "max_allocated": int(accelerator.max_memory_allocated(index))}
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
+
+
+def format_accelerator_memory(device: torch.device | str) -> str:
+    """:func:`accelerator_memory` as one line for a notebook; on CPU, a sentence saying there is no counter."""
+    device = torch.device(device)
+    memory = accelerator_memory(device)
+    if memory is None:
+        return (f"{device}: the CPU has no such counter (torch.accelerator.memory_allocated counts the memory "
+                "of an accelerator, CUDA or Neuron); here the weights are in this process's RAM.")
+    return (f"{device}: {_mib(memory['allocated'])} allocated by tensors now, {_mib(memory['max_allocated'])} "
+            "at most so far (torch.accelerator.memory_allocated / max_memory_allocated)")
+
+
+#: How to release NeuronCores, said wherever a process is found holding them.
+RELEASE_CORES_HINT = (
+    "a process, a notebook kernel too, keeps every NeuronCore it sees until it exits, and the next one "
+    "then fails with \"Neuron runtime cannot be initialized\". Release them: shut that notebook's kernel "
+    "down (Kernel > Shut Down Kernel) or end the process (`kill <PID>`); or run two notebooks at once on "
+    "different cores, with NEURON_RT_VISIBLE_CORES set before each kernel starts (e.g. 0-1 and 2-3)")
+
+
+def core_holders_notice(neuron_ls_text: str | None, backend: str | None = None,
+                        own_pid: int | None = None) -> str:
+    """What :func:`trnlab.setup` prints about who holds NeuronCores: ``neuron-ls``'s holders and how to free them.
+
+    ``neuron_ls_text`` is :func:`neuron_ls_output` (``None``: no ``neuron-ls`` here). Without
+    Neuron tools and device it is one line saying so. ``own_pid`` (this kernel) is not reported
+    as another holder.
+    """
+    backend = backend or detect_backend()
+    visible = os.environ.get("NEURON_RT_VISIBLE_CORES")
+    if neuron_ls_text is None:
+        if backend != "neuron":
+            return ("NeuronCores: none on this machine (no neuron-ls, no neuron device). On a trn2, setup() "
+                    "lists here the processes that hold NeuronCores and how to release them.")
+        return ("NeuronCores: neuron-ls is not on PATH (it comes with the Neuron tools, aws-neuronx-tools), so "
+                "setup() cannot tell which process holds them. A notebook kernel keeps every core it sees "
+                "until it shuts down: shut down other notebooks' kernels before this one runs.")
+    own = os.getpid() if own_pid is None else own_pid
+    holders = neuron_core_holders(neuron_ls_text, ignore_pids=(own,))
+    sees = (f"this kernel (PID {own}) sees NeuronCores {visible} (NEURON_RT_VISIBLE_CORES)" if visible else
+            f"this kernel (PID {own}) will claim every NeuronCore at its first neuron operation")
+    if not holders:
+        return (f"NeuronCores: no other process holds one (neuron-ls); {sees}. Shut this kernel down when "
+                "you are done, so that the next notebook can have them.")
+    return (f"NeuronCores: held by {format_core_holders(holders)} (neuron-ls); {sees}. "
+            f"{RELEASE_CORES_HINT[0].upper() + RELEASE_CORES_HINT[1:]}.")

@@ -1,24 +1,27 @@
-"""The sharded model of claim 10: load it on a TP x FSDP mesh, see where it lives, train, save.
+"""The sharded model of claim 10: what surrounds ``from_pretrained(distributed_config=...)`` and ``Trainer``.
 
 ``from_pretrained(..., distributed_config=DistributedConfig(tp_size=2, fsdp_size=2))`` run by
 4 processes builds a 2 x 2 device mesh (Transformers: ``pp x fsdp x tp``, backend ``gloo`` on
 CPU, ``neuron`` on Trainium), splits each layer's weights between the 2 tensor-parallel
-ranks, then shards every piece again between the 2 FSDP ranks. This module holds what the
-training script of notebook 05 calls inside each rank, and what the notebook calls outside:
+ranks, then shards every piece again between the 2 FSDP ranks, and ``Trainer`` trains it as
+is. Notebook 05's script (``trnlab/scripts/train_sharded.py``) writes those calls itself; this
+module holds the logic around them:
 
-* in a rank: :func:`load_sharded_model`, :func:`rank_report` (placements and bytes),
-  :func:`shard_of_batch` (the data-parallel slice), :func:`train_sharded` (``Trainer``, on
-  every device: on a CPU mesh through :func:`trnlab.compat.cpu_mesh_as_multi_device`),
-  :func:`greedy_text`, :func:`save_sharded`, :func:`write_json`;
-* outside: :func:`pad_vocabulary` (before launching), :func:`read_run`, :func:`memory_table`,
-  :func:`placement_table`, :func:`plot_mesh`, :func:`plot_losses`, and
+* in a rank: :func:`rank_report` (placements and bytes), :func:`mesh_position`,
+  :func:`global_batches` and :func:`shard_of_batch`, :func:`batch_loss` and
+  :func:`greedy_text` (both :func:`reshard` after their forward), :func:`save_sharded`,
+  :func:`write_json`;
+* outside: :func:`pad_vocabulary` (before launching), :func:`read_run`, and
   :func:`train_single_process`, the one-process ``Trainer`` the sharded losses must equal.
+
+:func:`load_sharded_model` and :func:`train_sharded` are deprecated: write the page's calls.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,33 +53,65 @@ def quiet_rank_output() -> None:
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
 
-def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0) -> str:
-    """A copy of model ``name`` whose vocabulary is padded to a multiple of ``multiple``.
+def _check_multiple(multiple) -> int:
+    """``multiple`` as a positive int, or a ValueError that says what to pass."""
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"multiple must be a positive whole number of rows (e.g. 64, or any multiple of "
+                         f"tp_size * fsdp_size), not {multiple!r}: the vocabulary is only ever padded, never cut")
+    return multiple
+
+
+def _check_output_folder(output_dir: Path, overwrite: bool) -> None:
+    """Refuse a file, the bundled model, or a folder that already holds files (unless ``overwrite``)."""
+    from trnlab.models import is_bundled
+
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"{str(output_dir)!r} is a file, not a folder: pass a new folder for the padded "
+                              "model (save_pretrained writes config.json, the weights and the tokenizer there)")
+    if output_dir.exists() and is_bundled(output_dir):
+        raise FileExistsError(f"{str(output_dir)!r} is the course's bundled model: pass a new folder for the "
+                              "padded copy (the bundled one is never overwritten)")
+    if output_dir.is_dir() and not overwrite and any(output_dir.iterdir()):
+        held = sorted(p.name for p in output_dir.iterdir())
+        raise FileExistsError(f"{str(output_dir)!r} already holds {', '.join(held[:4])}"
+                              f"{', ...' if len(held) > 4 else ''}: pass a new (or empty) folder, or "
+                              "overwrite=True to replace what is there")
+
+
+def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrite: bool = False) -> str:
+    """A copy of model ``name`` whose vocabulary is padded up to a multiple of ``multiple``.
 
     Why: the sharded model splits the (tied) embedding's vocabulary rows between the ranks.
     When they do not divide evenly, FSDP2 pads the short shards, and with tied embeddings
     Transformers 5.24 registers the shared weight in two FSDP groups (the embedding's and, as
     ``lm_head.weight``, the root's); on a padded rank the second copy stops seeing the
-    optimizer's updates, so training silently diverges from one process after the first step
-    (trnlab's tests caught it). Real checkpoints avoid it by padding: Qwen3's 151,936 rows are
-    a multiple of 128. The new rows start at the mean of the others (``resize_token_embeddings``'
-    ``mean_resizing``, seeded), so generations do not change; no token id ever reaches them.
-    Returns ``output_dir``, or the original name when the vocabulary already divides.
-    Notebook 05 calls it before launching; :func:`trnlab.launch.validate_parallel_sizes` says when.
-    """
+    optimizer's updates, so training silently diverges from one process after the first step.
+    Real checkpoints avoid it by padding: Qwen3's 151,936 rows are a multiple of 128. The new
+    rows come from ``resize_token_embeddings(pad_to_multiple_of=multiple)``, which samples them
+    (seeded here) from a normal with the old rows' mean and covariance; the tokenizer never
+    produces their ids, but they get logits too (notebook 05 checks that greedy text is unchanged).
 
+    Returns ``output_dir``, or ``name`` itself (nothing written) when the vocabulary already
+    divides. Never shrinks a vocabulary; refuses an ``output_dir`` that is a file or already
+    holds files unless ``overwrite=True``. :func:`trnlab.validate_parallel_sizes` says when to call it.
+    """
     from trnlab.models import load_config, load_model, load_tokenizer, model_name
 
+    multiple = _check_multiple(multiple)
     name = model_name(name)
     vocab = load_config(name).vocab_size
     if vocab % multiple == 0:
         return name
+    output_dir = Path(output_dir).expanduser()
+    _check_output_folder(output_dir, overwrite)
     from transformers.utils import logging as hf_logging
 
     torch.manual_seed(seed)
     model = load_model(name, device="cpu", dtype=torch.float32)
     model.resize_token_embeddings(pad_to_multiple_of=multiple)
-    output_dir = Path(output_dir)
+    padded = model.config.vocab_size
+    if padded < vocab or padded % multiple:  # resize rounds up; a change there must not cut rows
+        raise RuntimeError(f"resize_token_embeddings gave {padded} rows for {vocab} and multiple={multiple}")
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -85,21 +120,29 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0) -> str:
         if bars:
             hf_logging.enable_progress_bar()
     load_tokenizer(name).save_pretrained(output_dir)
-    print(f"vocabulary padded from {vocab} to {model.config.vocab_size} rows (a multiple of {multiple})")
+    saved = load_config(output_dir).vocab_size  # save_pretrained only logs its errors: read back
+    if saved != padded:
+        raise RuntimeError(f"the padded model was not saved to {str(output_dir)!r} (its config says {saved} rows)")
+    print(f"vocabulary padded from {vocab} to {padded} rows (a multiple of {multiple})")
     return str(output_dir)
+
+
+def _deprecated(old: str, write: str) -> None:
+    warnings.warn(f"trnlab.distributed.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
+                  FutureWarning, stacklevel=3)
 
 
 def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_SIZE,
                        dtype: torch.dtype = torch.float32):
-    """Load the course model sharded over a ``tp_size x fsdp_size`` mesh (call in every rank).
+    """Deprecated: write ``AutoModelForCausalLM.from_pretrained(..., distributed_config=...)`` (claim 10).
 
-    This is the page's claim 10: ``from_pretrained(..., distributed_config=DistributedConfig(
-    tp_size=2, fsdp_size=2))``. Transformers starts ``torch.distributed`` from torchrun's
-    variables (backend from the device: ``gloo`` on CPU, ``neuron`` on Trainium), builds the
-    mesh, applies the tensor-parallel plan, then FSDP2, and each rank reads only its shard.
-    fp32 by default, so the equivalence checks can be tight. Returns the model in train mode.
+    Loads ``name`` sharded over a ``tp_size x fsdp_size`` mesh (call in every rank) and returns
+    it in train mode, as ``trnlab/scripts/train_sharded.py`` now does with the page's call.
     """
-    from transformers.distributed import DistributedConfig
+    _deprecated("load_sharded_model", "AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, "
+                "distributed_config=DistributedConfig(tp_size=2, fsdp_size=2)) (from transformers import "
+                "AutoModelForCausalLM, DistributedConfig; see trnlab/scripts/train_sharded.py)")
+    from transformers import DistributedConfig
 
     from trnlab.models import load_model
 
@@ -111,7 +154,8 @@ def _mesh_of(model):
     """The model's (pp, fsdp, tp) device mesh (Transformers keeps it on the model)."""
     mesh = compat.model_device_mesh(model)
     if mesh is None:
-        raise ValueError("this model is not sharded: load it with load_sharded_model() under torchrun")
+        raise ValueError("this model is not sharded: load it under torchrun with from_pretrained(..., "
+                         "distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))")
     return mesh
 
 
@@ -253,10 +297,11 @@ def shard_of_batch(batch: dict, dp_rank: int, dp_size: int) -> dict:
 
 def build_trainer(model, dataset: list[dict], *, steps: int, batch_size: int, dp_size: int,
                   learning_rate: float, output_dir):
-    """A ``Trainer`` around ``model``, sharded or not, with the course's plain recipe (claim 10).
+    """A ``Trainer`` around ``model`` with the recipe of notebook 05's script, for the one-process reference.
 
-    AdamW, constant rate, no weight decay, no clipping, rows in order (``sequential``), so a
-    sharded run and the one-process reference see the same data. ``batch_size`` is the global
+    AdamW, constant rate, no weight decay, no clipping, rows in order (``sequential``): the
+    ``TrainingArguments`` that ``trnlab/scripts/train_sharded.py`` writes out, so the reference
+    sees what the sharded run saw. ``batch_size`` is the global
     batch: each of the ``dp_size`` data-parallel ranks gets ``batch_size // dp_size`` rows, and
     Accelerate gives both TP ranks of one fsdp coordinate the same ones.
     """
@@ -288,14 +333,15 @@ def _logged_losses(trainer) -> list[float]:
 
 def train_sharded(model, dataset: list[dict], *, steps: int, batch_size: int,
                   learning_rate: float = 1e-3, output_dir, log=print) -> TrainingRun:
-    """Train the sharded model with ``Trainer``, the page's way (claim 10); return a :class:`TrainingRun`.
+    """Deprecated: write ``Trainer(model=model, args=TrainingArguments(...), ...).train()`` (claim 10).
 
-    The ``Trainer`` is built as is first, so the decision is Accelerate's own: on Neuron
-    (MULTI_NEURON) and GPUs it takes the model as is. On a gloo CPU mesh (MULTI_CPU) Accelerate
-    1.15 refuses it; then it is built inside :func:`trnlab.compat.cpu_mesh_as_multi_device`,
-    which lets Accelerate take the same branch as on Trainium, and the run says so, quoting the
-    refusal. Either way the real ``Trainer`` trains the same sharded model.
+    Builds the ``Trainer`` as is, and on a gloo CPU mesh, where Accelerate refuses the sharded
+    model (MULTI_CPU), again inside :func:`trnlab.compat.cpu_mesh_as_multi_device`; trains;
+    returns a :class:`TrainingRun`. ``trnlab/scripts/train_sharded.py`` now writes this out.
     """
+    _deprecated("train_sharded", "Trainer(model=model, args=TrainingArguments(...), train_dataset=dataset).train(), "
+                "building the Trainer inside trnlab.compat.cpu_mesh_as_multi_device() when Accelerate refuses a "
+                "CPU mesh (see trnlab/scripts/train_sharded.py)")
     position = mesh_position(model)
     kwargs = dict(steps=steps, batch_size=batch_size, dp_size=position["fsdp_size"],
                   learning_rate=learning_rate, output_dir=output_dir)

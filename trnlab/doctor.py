@@ -1,7 +1,8 @@
 """``python -m trnlab doctor``: can the course run on this machine, and if not, why not.
 
 Prints the device report (like ``neuron-ls`` plus versions and the compile cache) and a list
-of checks; ``--json`` prints the same as JSON. Exit status 0 when every check passes.
+of checks; ``--json`` prints the same as JSON. Exit status 0 when every check passes. A
+malformed ``TRNLAB_*`` setting is a failed check naming the variable, never a traceback.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from packaging.version import Version
 
 from trnlab.device import (DeviceNotAvailableError, DeviceReport, device_report, format_core_holders,
                            neuron_core_holders, pick_device)
-from trnlab.models import MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
-from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_settings
+from trnlab.models import BUNDLED_MODEL_DIR, MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
+from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_setting, setting_problems
 
 #: The packages whose versions doctor checks against what trnlab's own metadata requires.
 CHECKED_PACKAGES = ("transformers", "accelerate")
@@ -60,8 +61,14 @@ def _shown(name: str) -> str:
     return "the bundled tiny Qwen3 (trnlab/assets/tiny-qwen3)" if is_bundled(name) else name
 
 
+def _settings_checks() -> list[Check]:
+    """One ``[FAIL]`` per malformed ``TRNLAB_*`` variable (its message names the valid values); none when all are fine."""
+    return [Check(variable, False, message) for variable, message in setting_problems().items()]
+
+
 def _model_check() -> Check:
-    name = model_name()
+    # read_setting, not read_settings: a bad TRNLAB_DTYPE must not hide the model's own state.
+    name = model_name(read_setting(MODEL_ENV_VAR) or BUNDLED_MODEL_DIR)
     path = Path(name)
     if path.is_dir():
         missing = missing_model_files(path, "model") + missing_model_files(path, "tokenizer")
@@ -82,12 +89,13 @@ def _model_check() -> Check:
                  f"Hugging Face cache: pre-download it (`hf download {name}`) or unset {MODEL_ENV_VAR}")
 
 
-def _device_check(report: DeviceReport) -> Check:
+def _device_check(report: DeviceReport) -> Check | None:
     try:
-        requested = read_settings().device
+        requested = read_setting(DEVICE_ENV_VAR)
+    except SettingError:
+        return None  # reported by the settings check, with the valid forms
+    try:
         device = pick_device(requested, verbose=False)
-    except SettingError as exc:
-        return Check("device", False, str(exc))
     except (DeviceNotAvailableError, ValueError) as exc:
         return Check("device", False, f"{DEVICE_ENV_VAR}={requested}: {exc}")
     return Check("device", True, f"{device} ({DEVICE_ENV_VAR}={requested}; "
@@ -109,6 +117,7 @@ def _cores_check(report: DeviceReport) -> Check | None:
 def run_checks(report: DeviceReport) -> list[Check]:
     """The checks that decide the exit status of ``doctor``."""
     checks = [
+        *_settings_checks(),
         _device_check(report),
         _version_check("transformers", report.versions.get("transformers")),
         _version_check("accelerate", report.versions.get("accelerate")),

@@ -13,6 +13,15 @@ launch (``tp_size * fsdp_size`` = number of processes) and the model (heads and 
 divide by ``tp_size``), and :func:`plan_processes` picks the process count and backend from
 the machine: one process per NeuronCore (``neuron``) or GPU (``nccl``), a few on CPU (``gloo``).
 
+One NeuronCore per rank: TorchNeuron's ``neuron`` process group sets each rank's
+``NEURON_RT_VISIBLE_CORES`` to ``LOCAL_RANK`` when the variable is unset (its source, a
+pre-release snapshot; see the course's trainium-facts), so torchrun on all cores needs nothing
+from trnlab. Only a run on a subset of cores (``NEURON_RT_VISIBLE_CORES`` set in the launching
+process, or ``neuron_cores=`` / ``--neuron-cores``) starts each rank through
+:mod:`trnlab.rank_cores`, which gives it one core of the subset (:func:`needs_rank_cores`).
+The tests check on CPU, and under the simulated trn2, which command is built and that each
+rank sees only its core; none of it has been run on a trn2.
+
 Past one machine, :func:`multinode_commands` writes one ``torchrun`` command per node, and
 :func:`slurm_script` a Slurm batch script for a trn2 or trn3 cluster;
 ``python -m trnlab launch --dry-run ...`` prints them. Notebook 05 uses this module.
@@ -38,6 +47,7 @@ from pathlib import Path
 
 from trnlab.device import (backend_available, detect_backend, device_count, format_core_holders,
                            neuron_core_holders, neuron_ls_output)
+from trnlab.rank_cores import CoreListError, format_core_list, parse_core_list
 
 #: torch.distributed backend for each device type (Transformers' ``DISTRIBUTED_BACKEND_MAP`` agrees).
 DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
@@ -89,15 +99,14 @@ def parse_neuron_cores(value: str, name: str = "NEURON_RT_VISIBLE_CORES") -> lis
     """The NeuronCore numbers a core list names, in order: ``"0-3"`` -> ``[0, 1, 2, 3]``.
 
     The Neuron runtime accepts a single core (``"3"``), a range (``"0-3"``) or a list of both
-    (``"0,1,4-5"``); :func:`launch`'s ``neuron_cores`` takes the same forms.
+    (``"0,1,4-5"``); :func:`launch`'s ``neuron_cores``, ``--neuron-cores`` and
+    ``python -m trnlab.rank_cores`` take the same forms, through one parser
+    (:func:`trnlab.rank_cores.parse_core_list`). A core named twice is refused.
     """
-    cores: list[int] = []
-    for part in str(value).replace(" ", "").split(","):
-        first, sep, last = part.partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()) or int(last or first) < int(first):
-            raise LaunchConfigError(f"{name}={value!r} is not a core list: use e.g. '0-3' or '0,1,2,3'.")
-        cores += [c for c in range(int(first), int(last or first) + 1) if c not in cores]
-    return cores
+    try:
+        return parse_core_list(value, name)
+    except CoreListError as exc:
+        raise LaunchConfigError(str(exc)) from None
 
 
 def visible_neuron_cores(value: str | None = None) -> int | None:
@@ -117,8 +126,9 @@ def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> lis
     ``cores``: a core list (``"4-7"``, ``"0,2"``, or a list of ints); ``None`` takes the cores
     this process may use, ``NEURON_RT_VISIBLE_CORES`` when set, else ``0 .. visible - 1``.
     The Neuron runtime reserves every core a process sees, so two ranks, or a rank and a
-    notebook kernel, must never see the same one: :func:`launch` runs each rank through
-    :mod:`trnlab.rank_cores`, which sets that rank's ``NEURON_RT_VISIBLE_CORES`` to its core.
+    notebook kernel, must never see the same one. On a subset of cores :func:`launch` runs
+    each rank through :mod:`trnlab.rank_cores`, which sets that rank's
+    ``NEURON_RT_VISIBLE_CORES`` to its core (see :func:`needs_rank_cores`).
     """
     if cores is None:
         from_env = os.environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
@@ -132,6 +142,8 @@ def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> lis
     elif isinstance(cores, str):
         listed = parse_neuron_cores(cores, "neuron_cores")
     else:
+        if any(isinstance(c, bool) or not isinstance(c, int) for c in cores):
+            raise LaunchConfigError(f"neuron_cores={cores!r}: give core numbers (ints) or a core list such as '0-3'")
         listed = [int(c) for c in cores]
         if any(c < 0 for c in listed) or len(set(listed)) != len(listed):
             raise LaunchConfigError(f"neuron_cores={cores!r}: give distinct core numbers >= 0, one per rank")
@@ -142,9 +154,35 @@ def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> lis
     return listed[:nproc]
 
 
+def needs_rank_cores(device: str, neuron_cores=None) -> bool:
+    """Whether the ranks need :mod:`trnlab.rank_cores` to get one NeuronCore each.
+
+    TorchNeuron's ``neuron`` process group sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` in each
+    rank when the variable is unset (source snapshot, see the course's trainium-facts), so plain
+    torchrun on all cores needs nothing. A run on a subset does: ``neuron_cores`` is given, or
+    this process has ``NEURON_RT_VISIBLE_CORES`` set (every rank would inherit the whole subset).
+    Off Trainium only ``neuron_cores`` counts (a rehearsal of the assignment on CPU).
+    """
+    if neuron_cores is not None:
+        return True
+    return device == "neuron" and bool(os.environ.get("NEURON_RT_VISIBLE_CORES", "").strip())
+
+
+def _default_nproc(nproc_per_node, sizes, neuron_cores) -> int | None:
+    """The process count asked for: given, else ``tp * fsdp``, else one per named core, else ``None``."""
+    if nproc_per_node is not None:
+        return nproc_per_node
+    if sizes is not None:
+        return math.prod(sizes)
+    if neuron_cores is not None:
+        return len(parse_neuron_cores(neuron_cores, "neuron_cores") if isinstance(neuron_cores, str)
+                   else list(neuron_cores))
+    return None
+
+
 def _planned_rank_cores(plan: ProcessPlan, neuron_cores=None) -> list[int] | None:
-    """The ranks' cores for ``plan``: always on Trainium, elsewhere only when ``neuron_cores`` is given."""
-    if plan.device != "neuron" and neuron_cores is None:
+    """The ranks' cores for ``plan`` when they need one each from us (:func:`needs_rank_cores`), else ``None``."""
+    if not needs_rank_cores(plan.device, neuron_cores):
         return None
     return rank_neuron_cores(plan.nproc_per_node, neuron_cores, visible=plan.devices_visible)
 
@@ -228,13 +266,20 @@ def model_config_of(model=None):
     """The Transformers config of ``model``: a config object, a name or folder, or ``None``.
 
     ``None`` is the course's model (``TRNLAB_MODEL`` or the bundled tiny Qwen3). Cheap (no
-    weights) and offline-aware; :func:`validate_parallel_sizes` checks a mesh against it.
+    weights) and offline for the Qwen3 configs shipped in ``trnlab/assets/configs``: the same
+    lookup as ``python -m trnlab plan`` (:func:`trnlab.planning.resolve_config`).
+    :func:`validate_parallel_sizes` checks a mesh against it; a model with no config to be
+    found raises :class:`LaunchConfigError` saying where it looked.
     """
     if hasattr(model, "num_attention_heads") or hasattr(model, "get_text_config"):
         return model
-    from trnlab.models import load_config
+    from trnlab.models import ModelNotAvailableError
+    from trnlab.planning import PlanError, resolve_config
 
-    return load_config(model)
+    try:
+        return resolve_config(model)[0]
+    except (PlanError, ModelNotAvailableError) as exc:
+        raise LaunchConfigError(f"cannot check the mesh against model {model!r}: {exc}") from None
 
 
 def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 1, *,
@@ -335,8 +380,10 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
     interpreter; ``"torchrun"`` writes the console script, as a cluster script would.
     ``tee`` asks torchrun to prefix every worker line with its rank (``--tee=3``).
     ``neuron_cores`` (e.g. ``"4-7"``) starts each rank through :mod:`trnlab.rank_cores`, which
-    gives local rank ``i`` only the ``i``-th core of the list. For every
-    node of a multi-node run at once, see :func:`multinode_commands`.
+    gives local rank ``i`` only the ``i``-th core of the list: needed only on a subset of the
+    cores (plain torchrun on all cores needs nothing, see :func:`needs_rank_cores`); it is
+    exactly what you pass, never added here. For every node of a multi-node run at once, see
+    :func:`multinode_commands`.
     """
     if nproc_per_node is None:
         nproc_per_node = plan_processes().nproc_per_node
@@ -344,6 +391,9 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
         raise LaunchConfigError(f"nproc_per_node={nproc_per_node!r}: give a whole number of processes >= 1")
     if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
         raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
+        raise LaunchConfigError(f"node_rank={node_rank!r} with nnodes={nnodes}: node ranks run from 0 to "
+                                f"{nnodes - 1}, one per node")
     cmd = ["torchrun"] if python == "torchrun" else [python or sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1 and rdzv_endpoint is None:
         cmd += ["--standalone"]
@@ -365,20 +415,22 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
         cmd += ["--tee=3"]
     if neuron_cores is not None:
         cores = rank_neuron_cores(nproc_per_node, neuron_cores)  # the first nproc_per_node of them
-        cmd += ["-m", "trnlab.rank_cores", ",".join(map(str, cores))]
+        cmd += ["-m", "trnlab.rank_cores", format_core_list(cores)]
     return cmd + _script_argv(script, script_args, module)
 
 
 def multinode_commands(script, script_args=(), *, nnodes: int, nproc_per_node: int | None = None,
                        rdzv_endpoint: str | None = None, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
                        module: bool = False, python: str | None = "torchrun",
-                       tee: bool = False) -> list[list[str]]:
+                       tee: bool = False, neuron_cores=None) -> list[list[str]]:
     """One ``torchrun`` command per node (list index = ``--node-rank``), from one node up.
 
     Run command ``i`` on node ``i``; with two or more nodes, node 0 hosts the rendezvous at
     ``rdzv_endpoint`` (its address and a free port every node can reach). Together they form
     one job of ``nnodes * nproc_per_node`` ranks (``nproc_per_node=None``: this machine's
     choice, :func:`plan_processes`). With ``nnodes=1`` it is ``[torchrun_command(...)]``.
+    ``neuron_cores`` (e.g. ``"0-31"``) applies on every node: each node's local rank ``i``
+    gets the ``i``-th core of that node (:mod:`trnlab.rank_cores`).
     Notebook 05 prints these for a trn2 cluster; :func:`launch_loopback_nodes` runs them all
     on this machine.
     """
@@ -389,13 +441,14 @@ def multinode_commands(script, script_args=(), *, nnodes: int, nproc_per_node: i
                                 "node 0 and a free port every node can reach")
     return [torchrun_command(script, script_args, nproc_per_node=nproc_per_node, nnodes=nnodes,
                              node_rank=i, rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend,
-                             rdzv_id=rdzv_id, module=module, python=python, tee=tee)
+                             rdzv_id=rdzv_id, module=module, python=python, tee=tee,
+                             neuron_cores=neuron_cores)
             for i in range(nnodes)]
 
 
 def slurm_script(script, script_args=(), *, nnodes: int, instance: str = "trn2.48xlarge",
                  nproc_per_node: int | None = None, port: int = 29500, job_name: str = "trnlab",
-                 venv: str | None = None, module: bool = False) -> str:
+                 venv: str | None = None, module: bool = False, neuron_cores=None) -> str:
     """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes.
 
     Slurm starts one task per node (``srun --ntasks-per-node=1``); each task runs torchrun
@@ -403,23 +456,50 @@ def slurm_script(script, script_args=(), *, nnodes: int, instance: str = "trn2.4
     and rendezvous at the first node of the allocation. ``$SLURM_NODEID`` is expanded inside
     each task, so every node gets its own ``--node-rank``. ``venv``: a virtual environment to
     activate on every node (e.g. the Neuron venv); it must exist on every node, as must the script.
+    ``neuron_cores`` (e.g. ``"0-31"``): run on those cores of every node only, one per rank,
+    through :mod:`trnlab.rank_cores` (trnlab must then be installed on every node);
+    ``nproc_per_node`` defaults to their number. Refused before anything is written: trn1,
+    ``nnodes < 1``, more processes or higher core numbers than a node of ``instance`` has.
     """
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
+    cores_per_node = neuron_cores_per_node(instance)  # refuses trn1 and unknown instances
+    cores = None
+    if neuron_cores is not None:
+        cores = (parse_neuron_cores(neuron_cores, "neuron_cores") if isinstance(neuron_cores, str)
+                 else rank_neuron_cores(len(list(neuron_cores)), list(neuron_cores)))
+        if max(cores) >= cores_per_node:
+            raise LaunchConfigError(f"neuron_cores={neuron_cores!r} names core {max(cores)}, but a {instance} "
+                                    f"node has cores 0-{cores_per_node - 1}")
     if nproc_per_node is None:
-        nproc_per_node = neuron_cores_per_node(instance)
-    worker = shlex.join(_script_argv(script, script_args, module))
+        nproc_per_node = len(cores) if cores is not None else cores_per_node
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise LaunchConfigError(f"nproc_per_node={nproc_per_node!r}: give a whole number of processes >= 1")
+    if nproc_per_node > cores_per_node:
+        raise LaunchConfigError(f"nproc_per_node={nproc_per_node}: a {instance} node has {cores_per_node} "
+                                f"NeuronCores, one process each. Use at most {cores_per_node} per node and "
+                                f"more nodes (nnodes) for more ranks.")
+    worker_argv = _script_argv(script, script_args, module)
+    if cores is not None:
+        worker_argv = ["-m", "trnlab.rank_cores",
+                       format_core_list(rank_neuron_cores(nproc_per_node, cores))] + worker_argv
+    worker = shlex.join(worker_argv)
     activate = f"source {shlex.quote(venv + '/bin/activate')}\n" if venv else ""
     # The single-quoted part expands on each node, inside its own srun task ($SLURM_NODEID);
     # the script and its arguments follow as "$@", quoted once, here.
     per_node = ("'exec torchrun --nnodes=\"$SLURM_NNODES\" --node-rank=\"$SLURM_NODEID\" "
                 f"--master-addr=\"$HEAD_NODE\" --master-port={port} --nproc-per-node={nproc_per_node} "
                 "\"$@\"' torchrun-on-node")
+    cores_note = ("" if cores is None else "\n# Each rank gets its own core of "
+                  f"{format_core_list(rank_neuron_cores(nproc_per_node, cores))} through trnlab.rank_cores "
+                  "(trnlab installed on every node).")
     return f"""#!/bin/bash
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={nnodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
 #SBATCH --output=%x-%j.out
-# {nnodes} x {instance}: {nproc_per_node} processes (NeuronCores) per node, {nnodes * nproc_per_node} ranks.
+# {nnodes} x {instance}: {nproc_per_node} processes (NeuronCores) per node, {nnodes * nproc_per_node} ranks.{cores_note}
 # Multi-node Neuron runs need EFA installed and configured on every node (Neuron setup guide).
 set -euo pipefail
 {activate}export HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -528,7 +608,32 @@ def _extract_traceback(lines: list[str]) -> str:
     return "\n".join(lines[starts[-1]:]) if starts else "\n".join(lines[-20:])
 
 
-def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: float, grace: float,
+def _check_timeouts(timeout, grace) -> None:
+    """Refuse a timeout or grace that is not a number of seconds > 0 (``timeout=None``: no limit)."""
+    for name, value, optional in (("timeout", timeout, True), ("grace", grace, False)):
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+            raise LaunchConfigError(f"{name}={value!r}: give a number of seconds > 0"
+                                    + (" (or timeout=None for no limit)" if optional else ""))
+
+
+def _mesh_sizes(tp_size, fsdp_size) -> tuple[int, int] | None:
+    """``(tp_size, fsdp_size)`` with 1 for one not given; ``None`` when neither is given.
+
+    A size of 0 or less is refused here, never read as 1.
+    """
+    if tp_size is None and fsdp_size is None:
+        return None
+    sizes = (1 if tp_size is None else tp_size, 1 if fsdp_size is None else fsdp_size)
+    for name, value in zip(("tp_size", "fsdp_size"), sizes):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LaunchConfigError(f"{name}={value!r}: every parallel size is a whole number >= 1 "
+                                    "(leave it out for 1)")
+    return sizes
+
+
+def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: float | None, grace: float,
                    echo: bool) -> LaunchResult:
     """Start every torchrun command at once, stream their merged lines, stop all on trouble."""
     launch_id = uuid.uuid4().hex
@@ -562,9 +667,9 @@ def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: floa
 
     try:
         while open_streams:
-            remaining = start + timeout - time.monotonic()
+            remaining = None if timeout is None else max(0.01, start + timeout - time.monotonic())
             try:
-                node, line = lines.get(timeout=max(0.01, remaining))
+                node, line = lines.get(timeout=remaining)
             except queue.Empty:
                 result.timed_out = True
                 if echo:
@@ -626,34 +731,43 @@ def _run_launchers(commands: list[list[str]], env: dict[str, str], timeout: floa
 
 def launch(script, script_args=(), *, nproc_per_node: int | None = None, device: str | None = None,
            tp_size: int | None = None, fsdp_size: int | None = None, model=None,
-           timeout: float = 600.0, env: dict[str, str] | None = None, module: bool = False,
+           timeout: float | None = 600.0, env: dict[str, str] | None = None, module: bool = False,
            echo: bool = True, check: bool = False, grace: float = 15.0, neuron_cores=None) -> LaunchResult:
     """Run ``script`` under ``torchrun`` on this machine, streaming every rank's lines live.
 
     * Process count and backend come from :func:`plan_processes` (``nproc_per_node`` defaults
-      to ``tp_size * fsdp_size`` when those are given). With ``tp_size``/``fsdp_size``,
-      :func:`validate_parallel_sizes` checks them against the processes and the model's
-      config (``model``: a name or config, ``None`` for the course model) before anything starts.
+      to ``tp_size * fsdp_size`` when those are given, else to one per core of
+      ``neuron_cores``). With ``tp_size``/``fsdp_size``, :func:`validate_parallel_sizes` checks
+      them against the processes and the model's config (``model``: a name or config, ``None``
+      for the course model; shipped Qwen3 configs work offline) before anything starts.
     * Every line is printed as it arrives, prefixed ``[rankN]:`` by torchrun (``--tee=3``);
       the launcher's own lines are prefixed ``[torchrun]``. Returns a :class:`LaunchResult`;
       ``result.returncode`` is torchrun's exit status, ``result.lines(rank)`` a rank's output.
     * A failing rank: torchrun stops the others; its traceback is printed once more at the
       end, plainly, and kept in ``result.traceback``. After ``timeout`` seconds the run is
-      stopped (SIGTERM to torchrun's process group, SIGKILL after ``grace`` s). In every case
+      stopped (SIGTERM to torchrun's process group, SIGKILL after ``grace`` s);
+      ``timeout=None`` waits as long as the run takes. In every case
       no process of the run is left: each carries a launch id in its environment
       (:data:`LAUNCH_ID_VAR`) and stragglers are killed.
     * ``check=True`` raises :class:`LaunchError` instead of returning a failed result.
-    * Trainium: each rank gets its own NeuronCore (:func:`rank_neuron_cores`: rank ``i`` the
-      ``i``-th of ``neuron_cores``, default the cores this process may use), because the
-      runtime reserves every core a process sees. Processes that ``neuron-ls`` lists as
-      holding Neuron devices (an old notebook kernel) are named before the start. Elsewhere
-      ``neuron_cores`` is only handed to the ranks, which rehearses the assignment.
+    * Trainium, one NeuronCore per rank: on all cores, plain torchrun, since TorchNeuron's
+      process group sets each rank's ``NEURON_RT_VISIBLE_CORES`` to ``LOCAL_RANK`` when it is
+      unset (a source snapshot says so; not run on a trn2 by this course). On a subset (this
+      process has ``NEURON_RT_VISIBLE_CORES`` set, or ``neuron_cores`` is given), each rank
+      starts through :mod:`trnlab.rank_cores` and gets the ``i``-th core of the subset
+      (:func:`rank_neuron_cores`), because a shared value would give every rank all of them.
+      Processes that ``neuron-ls`` lists as holding Neuron devices (an old notebook kernel) are
+      named before the start. Elsewhere ``neuron_cores`` is only handed to the ranks, which
+      rehearses the assignment on CPU.
+
+    Bad input (sizes < 1, a mesh that does not fit, a timeout that is not > 0) raises
+    :class:`LaunchConfigError` before any process starts.
     """
-    if tp_size is not None or fsdp_size is not None:
-        nproc_per_node = nproc_per_node or (tp_size or 1) * (fsdp_size or 1)
-    plan = plan_processes(nproc_per_node, device)
-    if tp_size is not None or fsdp_size is not None:
-        validate_parallel_sizes(plan.nproc_per_node, tp_size or 1, fsdp_size or 1, model_config=model)
+    _check_timeouts(timeout, grace)
+    sizes = _mesh_sizes(tp_size, fsdp_size)
+    plan = plan_processes(_default_nproc(nproc_per_node, sizes, neuron_cores), device)
+    if sizes is not None:
+        validate_parallel_sizes(plan.nproc_per_node, *sizes, model_config=model)
     cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module,
                            neuron_cores=_planned_rank_cores(plan, neuron_cores))
     if echo:
@@ -672,7 +786,7 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
 
 
 def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_node: int = 1,
-                          rdzv_backend: str = "static", timeout: float = 300.0,
+                          rdzv_backend: str = "static", timeout: float | None = 300.0,
                           env: dict[str, str] | None = None, module: bool = False,
                           echo: bool = True, grace: float = 15.0) -> LaunchResult:
     """Rehearse a multi-node run on this machine: ``nnodes`` torchrun launchers on 127.0.0.1.
@@ -682,6 +796,7 @@ def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_
     Output, failure and timeout handling are those of :func:`launch`; if one launcher fails,
     the others are stopped too. Used by the tests and notebook 05.
     """
+    _check_timeouts(timeout, grace)
     endpoint = f"127.0.0.1:{free_port()}"
     commands = multinode_commands(script, script_args, nnodes=nnodes, nproc_per_node=nproc_per_node,
                                   rdzv_endpoint=endpoint, rdzv_backend=rdzv_backend,
@@ -697,6 +812,15 @@ def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_
 # ---------------------------------------------------------------------------------------------
 # Command line: python -m trnlab launch
 # ---------------------------------------------------------------------------------------------
+
+def _timeout_arg(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (or 'none')") from None
+
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m trnlab launch [options] SCRIPT [ARGS...]``: run, or print, a torchrun launch."""
@@ -719,58 +843,69 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance", default="trn2.48xlarge",
                         help="Trainium instance of every node, for --slurm (trn2/trn3; see python -m trnlab plan)")
     parser.add_argument("--neuron-cores", default=None,
-                        help="NeuronCores for the ranks, one each, e.g. 4-7 (default on Trainium: the cores "
-                             "this shell may use, NEURON_RT_VISIBLE_CORES or all)")
-    parser.add_argument("--timeout", type=float, default=3600.0)
+                        help="run on these NeuronCores only, one per rank, e.g. 4-7 (on every node with "
+                             "--nnodes/--slurm). Default on Trainium: all cores (TorchNeuron gives rank i "
+                             "core i), or this shell's NEURON_RT_VISIBLE_CORES when set")
+    parser.add_argument("--timeout", type=_timeout_arg, default=3600.0,
+                        help="seconds before the run is stopped (default 3600; 'none': no limit)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
 
-    try:
-        if args.slurm:
-            nproc = args.nproc_per_node
-            if args.tp_size or args.fsdp_size:
-                per_node = nproc or neuron_cores_per_node(args.instance)
-                validate_parallel_sizes(per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1,
-                                        model_config=args.model)
-            print(slurm_script(args.script, args.script_args, nnodes=args.nnodes, instance=args.instance,
-                               nproc_per_node=nproc), end="")
-            return 0
-        if args.nnodes > 1:
-            if not args.nproc_per_node:
-                parser.error("a multi-node run needs --nproc-per-node (the processes on each node)")
-            if args.tp_size or args.fsdp_size:
-                validate_parallel_sizes(args.nproc_per_node * args.nnodes, args.tp_size or 1, args.fsdp_size or 1,
-                                        model_config=args.model)
-            commands = multinode_commands(args.script, args.script_args, nnodes=args.nnodes,
-                                          nproc_per_node=args.nproc_per_node,
-                                          rdzv_endpoint=args.rdzv_endpoint or "NODE0_ADDRESS:29500",
-                                          rdzv_backend=args.rdzv_backend)
-            for node, cmd in enumerate(commands):
-                print(f"# on node {node}:\n{shlex.join(cmd)}")
-            if not args.dry_run:
-                print("(not started: run each command on its node, or submit --slurm's script)", file=sys.stderr)
-            return 0
-        if args.dry_run:
-            nproc = args.nproc_per_node or ((args.tp_size or 1) * (args.fsdp_size or 1)
-                                            if args.tp_size or args.fsdp_size else None)
-            plan = plan_processes(nproc)
-            if args.tp_size or args.fsdp_size:
-                validate_parallel_sizes(plan.nproc_per_node, args.tp_size or 1, args.fsdp_size or 1,
-                                        model_config=args.model)
-            print(shlex.join(torchrun_command(args.script, args.script_args, nproc_per_node=plan.nproc_per_node,
-                                              python="torchrun", tee=False,
-                                              neuron_cores=_planned_rank_cores(plan, args.neuron_cores))))
-            print(f"# {plan}")
-            if args.tp_size or args.fsdp_size:
-                from trnlab.planning import format_plan, plan_memory
+    from trnlab.planning import PlanError
+    from trnlab.settings import SettingError
 
-                memory = plan_memory(args.model, args.tp_size or 1, args.fsdp_size or 1, workload="train")
-                print("# " + format_plan(memory).replace("\n", "\n# "))
-            return 0
-        result = launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
-                        tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
-                        timeout=args.timeout, neuron_cores=args.neuron_cores)
-    except LaunchConfigError as exc:
+    try:
+        return _run_cli(args)
+    except (LaunchConfigError, PlanError, SettingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    """``main``'s work once the arguments are parsed: every bad value raises before anything runs."""
+    if isinstance(args.nnodes, int) and args.nnodes < 1:
+        raise LaunchConfigError(f"--nnodes {args.nnodes}: give the number of nodes, 1 or more")
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        raise LaunchConfigError(f"--nproc-per-node {args.nproc_per_node}: give 1 or more processes per node")
+    sizes = _mesh_sizes(args.tp_size, args.fsdp_size)
+    if args.slurm:
+        nproc = args.nproc_per_node
+        if sizes is not None:
+            per_node = nproc or (len(parse_neuron_cores(args.neuron_cores, "--neuron-cores")) if args.neuron_cores
+                                 else neuron_cores_per_node(args.instance))
+            validate_parallel_sizes(per_node * args.nnodes, *sizes, model_config=args.model)
+        print(slurm_script(args.script, args.script_args, nnodes=args.nnodes, instance=args.instance,
+                           nproc_per_node=nproc, neuron_cores=args.neuron_cores), end="")
+        return 0
+    if args.nnodes > 1:
+        if args.nproc_per_node is None:
+            raise LaunchConfigError("a multi-node run needs --nproc-per-node (the processes on each node)")
+        if sizes is not None:
+            validate_parallel_sizes(args.nproc_per_node * args.nnodes, *sizes, model_config=args.model)
+        commands = multinode_commands(args.script, args.script_args, nnodes=args.nnodes,
+                                      nproc_per_node=args.nproc_per_node,
+                                      rdzv_endpoint=args.rdzv_endpoint or "NODE0_ADDRESS:29500",
+                                      rdzv_backend=args.rdzv_backend, neuron_cores=args.neuron_cores)
+        for node, cmd in enumerate(commands):
+            print(f"# on node {node}:\n{shlex.join(cmd)}")
+        if not args.dry_run:
+            print("(not started: run each command on its node, or submit --slurm's script)", file=sys.stderr)
+        return 0
+    if args.dry_run:
+        plan = plan_processes(_default_nproc(args.nproc_per_node, sizes, args.neuron_cores))
+        if sizes is not None:
+            validate_parallel_sizes(plan.nproc_per_node, *sizes, model_config=args.model)
+        print(shlex.join(torchrun_command(args.script, args.script_args, nproc_per_node=plan.nproc_per_node,
+                                          python="torchrun", tee=False,
+                                          neuron_cores=_planned_rank_cores(plan, args.neuron_cores))))
+        print(f"# {plan}")
+        if sizes is not None:
+            from trnlab.planning import format_plan, plan_memory
+
+            memory = plan_memory(args.model, *sizes, workload="train")
+            print("# " + format_plan(memory).replace("\n", "\n# "))
+        return 0
+    result = launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
+                    tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
+                    timeout=args.timeout, neuron_cores=args.neuron_cores)
     return result.returncode if result.returncode is not None else 1

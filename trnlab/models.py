@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-import torch
-
 from trnlab.assets.build import BUNDLED_MODEL_DIR
 from trnlab.device import pick_device, resolve_device_map, resolve_dtype
 from trnlab.settings import MODEL_ENV_VAR, read_settings
@@ -66,13 +64,15 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _in_hub_cache(name: str) -> bool:
+def _hub_cache_folder(name: str) -> Path | None:
+    """The local snapshot folder of hub model ``name`` if its config is in the Hugging Face cache."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+        config = try_to_load_from_cache(name, CONFIG_FILE)
     except ValueError:  # not a valid repo id either
-        return False
+        return None
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def _looks_like_path(name: str) -> bool:
@@ -117,18 +117,33 @@ def _check_folder(name: str, what: str) -> None:
                                      f"{', '.join(missing)}. {fix[0].upper() + fix[1:]}.")
 
 
-def _from_pretrained(loader, name: str, what: str = "model", **kwargs):
-    # A folder is checked for the files `what` needs; a hub name is looked up in the local
-    # cache first: without network, from_pretrained retries for about a minute before it fails.
-    local = Path(name).expanduser().is_dir() or _looks_like_path(name) or is_bundled(name)
-    if local:
+def model_source(name: str | os.PathLike | None = None, what: str = "model") -> str:
+    """Where ``from_pretrained`` should load ``name`` (see :func:`model_name`) from, checked before it runs.
+
+    A folder must hold what ``what`` ("config", "model" or "tokenizer") needs; a hub model already in
+    the local Hugging Face cache is loaded from its cached folder, so nothing touches the network;
+    any other hub name needs the hub to answer. Otherwise :class:`ModelNotAvailableError` says what
+    to do, at once: offline, ``from_pretrained`` would retry for about a minute before failing.
+    """
+    name = model_name(name)
+    if Path(name).expanduser().is_dir() or _looks_like_path(name) or is_bundled(name):
         _check_folder(name, what)
-        name = str(Path(name).expanduser())
-    offline = local or _in_hub_cache(name)
-    if not offline and not hub_reachable():
+        return str(Path(name).expanduser())
+    cached = _hub_cache_folder(name)
+    if cached is not None and not missing_model_files(cached, what):
+        return str(cached)
+    if not hub_reachable():
         raise _not_available(name, ConnectionError("hub unreachable"))
+    return name
+
+
+@contextmanager
+def explained_load_errors(name: str):
+    """Turn an ``OSError`` of ``from_pretrained(name)`` into :class:`ModelNotAvailableError` naming the fix."""
     try:
-        return loader.from_pretrained(name, local_files_only=offline, **kwargs)
+        yield
+    except ModelNotAvailableError:
+        raise
     except OSError as exc:
         raise _not_available(name, exc) from exc
 
@@ -141,7 +156,9 @@ def load_config(name: str | os.PathLike | None = None, **kwargs):
     """
     from transformers import AutoConfig
 
-    return _from_pretrained(AutoConfig, model_name(name), "config", **kwargs)
+    source = model_source(name, "config")
+    with explained_load_errors(source):
+        return AutoConfig.from_pretrained(source, **kwargs)
 
 
 def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "left", **kwargs):
@@ -154,14 +171,16 @@ def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "l
 
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
-    name = model_name(name)
-    tokenizer = _from_pretrained(AutoTokenizer, name, "tokenizer", **kwargs)
+    source = model_source(name, "tokenizer")
+    with explained_load_errors(source):
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     tokenizer.padding_side = padding_side
     return tokenizer
 
 
 @contextmanager
-def _progress_bars(enabled: bool):
+def progress_bars(enabled: bool):
+    """Show Transformers' progress bars inside the block only if ``enabled`` (loading bars clutter notebooks)."""
     from transformers.utils import logging
 
     was = logging.is_progress_bar_enabled()
@@ -172,30 +191,21 @@ def _progress_bars(enabled: bool):
         (logging.enable_progress_bar if was else logging.disable_progress_bar)()
 
 
-def load_model(name: str | os.PathLike | None = None, device: str | torch.device | None = None,
-               dtype: torch.dtype | str | None = None, progress: bool = False, **kwargs):
-    """Load a causal LM with an explicit device map and return it in eval mode.
+def load_model(name=None, device=None, dtype=None, progress=False, **kwargs):
+    """Load a causal LM the page's way: ``from_pretrained`` with an explicit device map and dtype, in eval mode.
 
-    ``name`` goes through :func:`model_name` (``TRNLAB_MODEL``, else the bundled model).
-    ``device`` goes through :func:`~trnlab.pick_device` (``None``: ``TRNLAB_DEVICE``, else
-    "auto", which picks neuron > cuda > cpu; an index such as "neuron:3" is kept) and then
-    :func:`~trnlab.resolve_device_map`, so the model never lands on CPU by accident (claim 3).
-    ``dtype`` goes through :func:`~trnlab.resolve_dtype` (``None``: ``TRNLAB_DTYPE``, else
-    bfloat16 where the device computes it natively, float32 elsewhere). ``progress=True``
-    shows the weight-loading bar (off by default: it only clutters notebooks). Extra keyword
-    arguments go to ``from_pretrained`` (e.g. ``distributed_config``, ``attn_implementation``).
+    ``name``, ``device`` and ``dtype`` default to ``TRNLAB_MODEL``, ``TRNLAB_DEVICE`` and ``TRNLAB_DTYPE``;
+    ``progress=True`` shows the loading bar; other keyword arguments go to ``from_pretrained``.
     """
     from transformers import AutoModelForCausalLM
 
-    name = model_name(name)
-    if "device_map" not in kwargs and "distributed_config" not in kwargs:
-        device = device if isinstance(device, torch.device) else pick_device(device, verbose=False)
-        kwargs["device_map"] = resolve_device_map(str(device) if device.type != "cpu" else "cpu")
-        dtype = resolve_dtype(dtype, device)
-    else:
-        dtype = resolve_dtype(dtype if dtype is not None else "float32")
-    with _progress_bars(progress):
-        model = _from_pretrained(AutoModelForCausalLM, name, "model", dtype=dtype, **kwargs)
+    source = model_source(name)                   # TRNLAB_MODEL, else the bundled model; checked first
+    device = pick_device(device, verbose=False)   # TRNLAB_DEVICE, else neuron > cuda > cpu
+    if "distributed_config" not in kwargs:        # a sharded load places the model itself
+        kwargs.setdefault("device_map", resolve_device_map(str(device)))  # never "auto": it misses Neuron
+    dtype = resolve_dtype(dtype, device)          # TRNLAB_DTYPE, else bfloat16 where native
+    with progress_bars(progress), explained_load_errors(source):
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     return model.eval()
 
 

@@ -7,18 +7,21 @@ how many bytes does each rank hold, and which ``DistributedConfig(tp_size, fsdp_
 * :func:`plan_memory` estimates the bytes on **one rank** for a model config and a mesh:
   parameters split exactly the way Transformers shards them (the model's TP plan, then FSDP2
   on dim 0), gradients and AdamW state for training, FSDP all-gather buffers, activations
-  (an estimate, formula in its docstring) and the static KV cache for generation.
+  (an estimate, formula in its docstring; none, selective or full activation checkpointing)
+  and the static KV cache for generation.
 * :data:`INSTANCES` lists HBM per logical NeuronCore and cores per instance (Neuron docs).
-* :func:`plan_mesh` tries every mesh with ``tp * fsdp`` = cores x nodes, rejects those the
-  model cannot take (:func:`trnlab.launcher.validate_parallel_sizes`) or that do not fit, and
-  recommends one, saying why. When nothing fits it says what would (more nodes, a larger
-  instance, a smaller batch, gradient checkpointing), computed, not guessed.
+* :func:`plan_mesh` lays the job out the way Neuron's training best practices do: FSDP alone
+  if it fits, else tensor parallelism inside one chip ("Keep TP4 within a chip") with FSDP
+  between chips, the least activation checkpointing that fits, TP across chips only as a last
+  resort; serving uses independent replicas without FSDP. Meshes the model cannot take are
+  rejected (:func:`trnlab.launcher.validate_parallel_sizes`). When nothing fits it says what
+  would (more nodes, a larger instance, a smaller batch, checkpointing), computed, not guessed.
 * ``python -m trnlab plan --model Qwen/Qwen3-8B --instance trn2.48xlarge [--train]`` prints
   the same; it works offline for the Qwen3 configs shipped in ``trnlab/assets/configs``.
 
 The parameter and training-state figures are exact for the sharding Transformers does
-(``tests/test_planning.py`` compares them with what 4 real ranks hold); activations are an
-estimate. Used by notebook 05 ("From the tiny model to Qwen3-8B on a trn2").
+(``tests/test_planning.py`` and ``tests/test_distributed.py`` compare them with what real ranks
+hold); activations are an estimate. Used by notebook 06 ("Plan a real run").
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ __all__ = [
     "parameter_shards",
     "plan_memory",
     "plan_mesh",
+    "CHECKPOINTING",
+    "checkpointing_mode",
+    "checkpointed_layers",
+    "recompute_fraction",
+    "BACKWARD_PER_FORWARD",
+    "SELECTIVE_ACTIVATION_FORMULA",
+    "AWS_QWEN3_8B_RECIPE",
     "format_plan",
     "plot_memory_plan",
     "main",
@@ -77,6 +87,8 @@ TRN3_ARCH_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-n
 TRAINIUM3_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/arch/neuron-hardware/trainium3.html"
 LNC_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html"
 TRAINING_BEST_PRACTICES_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/best-practices.html"
+TORCHTITAN_TUTORIAL_URL = ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/torchtitan/tutorials/"
+                           "tutorial-basic-training.html")
 TORCHNEURON_QUICKSTART_URL = ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/get-started/"
                               "quickstart-torch-neuron.html")
 
@@ -232,6 +244,35 @@ def _shipped_path(name: str) -> Path | None:
     return None
 
 
+#: File endings of weights, tokenizers and other files that sit next to a config.json.
+_NOT_CONFIG_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx",
+                        ".model", ".index.json")
+
+
+def _not_a_config(file: Path, why: str) -> PlanError:
+    folder = file.parent
+    where = (f"the folder {folder} holds a config.json: pass --model {folder}" if (folder / "config.json").is_file()
+             else f"pass the model's folder (the one with config.json), or the config.json itself")
+    return PlanError(f"{file} is not a model config ({why}): {where}.")
+
+
+def _read_config_file(file: Path) -> dict:
+    """The values of a config JSON file; a weights file or anything else gets a PlanError naming the folder."""
+    name = file.name.lower()
+    if name.endswith(_NOT_CONFIG_SUFFIXES):
+        kind = ".index.json" if name.endswith(".index.json") else file.suffix
+        raise _not_a_config(file, f"a {kind} file holds weights or tokenizer data, not the model's sizes")
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise _not_a_config(file, "a binary file, not JSON") from None
+    except json.JSONDecodeError as exc:
+        raise _not_a_config(file, f"not JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise _not_a_config(file, f"JSON of a {type(values).__name__}, not a config object")
+    return values
+
+
 def resolve_config(model=None):
     """A Transformers config for ``model``, offline where possible. Returns ``(config, label)``.
 
@@ -264,10 +305,7 @@ def resolve_config(model=None):
         return config, hub
     if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
         file = path if path.is_file() else path / "config.json"
-        try:
-            values = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
-            raise PlanError(f"{file} is not JSON: {exc}") from exc
+        values = _read_config_file(file)
         config = _config_from_dict(values, str(file))
         config.name_or_path = str(path)
         return config, str(path)
@@ -433,7 +471,7 @@ def parameter_shards(config=None, tp_size: int = 1, fsdp_size: int = 1) -> list[
     (``model.tp_plan``: colwise splits the output rows, rowwise the input columns, the
     embedding and lm_head split the vocabulary, every norm weight is replicated), then by FSDP2
     on dim 0 of each TP piece, padded to ``ceil(rows / fsdp_size)``. Tied embeddings appear once.
-    Notebook 05 tabulates it; :func:`plan_memory` sums it.
+    Notebook 06 uses it through :func:`plan_memory`, which sums it.
     """
     config, _ = resolve_config(config)
     spec = _spec(config)
@@ -470,7 +508,82 @@ INFERENCE_ACTIVATION_FORMULA = (
     "generate's prefill under no_grad frees each layer's temporaries: about one layer's worth, "
     "T*b*(2h + max(2q + 2kv, 3i)/tp), plus the last position's logits batch*V*(b + 4) "
     "(generate keeps an fp32 copy); attention assumed fused (SDPA/flash: no T x T score matrix)")
-ACTIVATION_FORMULA = "training: " + TRAIN_ACTIVATION_FORMULA + ". Inference: " + INFERENCE_ACTIVATION_FORMULA + "."
+#: Selective activation checkpointing, as the planner models it: TorchTitan's layer-level selective
+#: AC (``[activation_checkpoint] mode = "selective"``, ``selective_ac_option = "2"``, its default)
+#: wraps every k-th decoder layer in full checkpointing and leaves the others alone.
+SELECTIVE_ACTIVATION_FORMULA = (
+    "selective checkpointing (every k-th layer checkpointed, k = checkpoint_every, TorchTitan's "
+    "layer-level selective AC): c = floor(L/k) layers keep only their input T*b*h, the other L - c keep "
+    "their per-layer bytes, plus one checkpointed layer recomputed at a time: (L - c)*per_layer + c*T*b*h "
+    "+ per_layer (an upper bound: by the time the lowest checkpointed layers are recomputed, the layers "
+    "above them have freed theirs)")
+ACTIVATION_FORMULA = ("training: " + TRAIN_ACTIVATION_FORMULA + "; " + SELECTIVE_ACTIVATION_FORMULA
+                      + ". Inference: " + INFERENCE_ACTIVATION_FORMULA + ".")
+
+#: Activation checkpointing modes, least recompute first.
+CHECKPOINTING = ("none", "selective", "full")
+_CHECKPOINTING_NAMES = {False: "none", None: "none", "none": "none", "no": "none", "off": "none", "false": "none",
+                        True: "full", "full": "full", "true": "full", "selective": "selective", "sac": "selective"}
+
+
+def checkpointing_mode(value) -> str:
+    """``"none"``, ``"selective"`` or ``"full"`` for what ``gradient_checkpointing=`` accepts
+    (``False``/``True`` stay what they were: none and full). Raises :class:`PlanError` otherwise."""
+    key = value.strip().lower() if isinstance(value, str) else value
+    try:
+        return _CHECKPOINTING_NAMES[key]
+    except (KeyError, TypeError):
+        raise PlanError(f"gradient_checkpointing={value!r}: use False/'none', 'selective' or True/'full'") from None
+
+
+def checkpointed_layers(layers: int, mode: str, every: int = 2) -> int:
+    """How many decoder layers recompute their forward in backward: 0, ``layers // every`` or all."""
+    mode = checkpointing_mode(mode)
+    return 0 if mode == "none" else layers if mode == "full" else layers // every
+
+
+def _forward_flops_per_token(d: dict, seq: int, tp: int = 1) -> tuple[float, float]:
+    """(one layer, the loss head) forward FLOPs per token: the weight matmuls (2 FLOPs per weight),
+    causal attention (QK^T and AV over seq/2 keys on average); split by tp."""
+    h, q, kv, i = d["hidden"], d["q_dim"], d["kv_dim"], d["intermediate"]
+    layer = 2 * (h * (q + 2 * kv) + q * h + 3 * h * i) + 2 * 2 * q * seq / 2
+    return layer / tp, 2 * h * d["vocab"] / tp
+
+
+#: The usual estimate: a backward costs about twice its forward (2N forward and 4N backward FLOPs
+#: per token for N parameters), so a training step costs about 1 + 2 forwards.
+BACKWARD_PER_FORWARD = 2
+
+
+def recompute_fraction(config=None, seq: int = 2048, gradient_checkpointing="full", *, checkpoint_every: int = 2) -> float:
+    """Extra compute of a training step from activation checkpointing, as a fraction of the step.
+
+    A step costs about 3 forwards (backward is about twice the forward: the usual 2N forward / 4N
+    backward FLOPs per token and parameter); checkpointing adds one forward of each checkpointed
+    layer. Counted from the model's matmul and attention FLOPs (:func:`_forward_flops_per_token`).
+    Notebook 06 prints it for full and selective checkpointing.
+    """
+    config, _ = resolve_config(config)
+    d = _spec(config).dims
+    layer, head = _forward_flops_per_token(d, seq)
+    recomputed = checkpointed_layers(d["layers"], gradient_checkpointing, checkpoint_every) * layer
+    return recomputed / ((1 + BACKWARD_PER_FORWARD) * (d["layers"] * layer + head))
+
+
+_TP_CHECKS = (("heads", "attention heads"), ("kv_heads", "key/value heads"),
+              ("intermediate", "MLP width (intermediate_size)"))
+
+
+def _tp_problem(d: dict, tp: int, world: int | None = None, where: str = "") -> str | None:
+    """Why a model cannot take tensor-parallel size ``tp`` (whole heads, equal MLP slices), or None.
+    With ``world`` (ranks on ``where``), the sizes it suggests also divide the world."""
+    bad = [f"{label} = {d[key]}" for key, label in _TP_CHECKS if d[key] % tp]
+    if not bad:
+        return None
+    ok = [t for t in _divisors(world or d["kv_heads"]) if all(d[key] % t == 0 for key, _ in _TP_CHECKS)]
+    on = f" on {where} ({world} ranks), with fsdp_size = {world} // tp_size" if world else ""
+    return (f"tp_size={tp} does not divide the model's {', '.join(bad)}: each tensor-parallel rank must get "
+            f"whole heads and an equal slice. Use tp_size in {ok}{on}.")
 
 
 def _train_layer_bytes(d: dict, tokens: int, b: int, tp: int) -> float:
@@ -505,6 +618,8 @@ class MemoryPlan:
     shards: list = field(default_factory=list, repr=False)
     notes: list = field(default_factory=list)
     activation_detail: dict = field(default_factory=dict)  # per_layer, layers, head (bytes)
+    checkpointing: str = "none"   # "none", "selective" or "full" (gradient_checkpointing: any of the last two)
+    checkpoint_every: int = 2     # selective: every k-th layer checkpointed
 
     @property
     def total(self) -> int:
@@ -518,6 +633,12 @@ class MemoryPlan:
     @property
     def mesh(self) -> str:
         return f"tp={self.tp_size} x fsdp={self.fsdp_size}"
+
+    @property
+    def checkpointing_label(self) -> str:
+        """``"no activation checkpointing"``, ``"full activation checkpointing"`` or
+        ``"selective activation checkpointing (every 2nd layer)"``."""
+        return _checkpointing_label(self.checkpointing, self.checkpoint_every)
 
     def fits(self, budget_bytes: int, headroom: float = 0.1) -> bool:
         """Whether :attr:`total` fits ``budget_bytes`` with ``headroom`` (a fraction) kept free."""
@@ -536,7 +657,7 @@ class MemoryPlan:
         """One paragraph: model, mesh, workload, parameters held, total per rank."""
         what = (f"training (micro-batch {self.batch} x {self.seq} tokens per rank, {self.master_weights} "
                 f"master weights, {self.optimizer_name}, compute {self.dtype}"
-                f"{', gradient checkpointing' if self.gradient_checkpointing else ''})"
+                f"{', ' + self.checkpointing_label if self.gradient_checkpointing else ''})"
                 if self.workload == "train" else
                 f"inference ({self.batch} x {self.seq} tokens per rank, {self.dtype}, static cache of "
                 f"{self.cache_length} positions)")
@@ -548,7 +669,8 @@ class MemoryPlan:
         out = {"model": self.model, "tp_size": self.tp_size, "fsdp_size": self.fsdp_size,
                "workload": self.workload, "batch": self.batch, "seq": self.seq, "dtype": self.dtype,
                "master_weights": self.master_weights, "optimizer": self.optimizer_name,
-               "gradient_checkpointing": self.gradient_checkpointing, "cache_length": self.cache_length,
+               "gradient_checkpointing": self.gradient_checkpointing, "checkpointing": self.checkpointing,
+               "checkpoint_every": self.checkpoint_every, "cache_length": self.cache_length,
                "parameter_count": self.parameter_count, "local_parameter_count": self.local_parameter_count,
                "components": dict(self.components), "training_state_bytes": self.training_state,
                "total_bytes": self.total, "total_gib": round(self.total / GiB, 4),
@@ -561,6 +683,18 @@ class MemoryPlan:
         return self.summary() + "\n" + self.table()
 
 
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _checkpointing_label(mode: str, every: int = 2) -> str:
+    if mode == "none":
+        return "no activation checkpointing"
+    if mode == "full":
+        return "full activation checkpointing"
+    return f"selective activation checkpointing (every {_ordinal(every)} layer)"
+
+
 _WORKLOADS = {"inference": "inference", "generate": "inference", "train": "train", "training": "train"}
 _MASTER = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16"}
 _OPTIMIZERS = {"adamw": 2, "adam": 2, "sgd": 0}   # fp32/bf16 state tensors per parameter
@@ -568,8 +702,8 @@ _OPTIMIZERS = {"adamw": 2, "adam": 2, "sgd": 0}   # fp32/bf16 state tensors per 
 
 def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: str = "inference",
                 batch: int = 1, seq: int = 2048, dtype="bfloat16", master_weights: str = "fp32",
-                optimizer: str = "adamw", gradient_checkpointing: bool = False,
-                cache_length: int | None = None) -> MemoryPlan:
+                optimizer: str = "adamw", gradient_checkpointing: bool | str = False,
+                cache_length: int | None = None, checkpoint_every: int = 2) -> MemoryPlan:
     """Estimate the bytes one rank holds for ``config`` on a ``tp_size x fsdp_size`` mesh.
 
     ``config``: anything :func:`resolve_config` takes (config, dict, shipped name such as
@@ -593,8 +727,11 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
       kv = kv_heads*head_dim, i = intermediate_size, V = vocab). Training, per layer, the bytes
       saved for backward ``T*((8 + 4b)*h + ((4 + 3b)*(q + kv) + 4b*i + 8*heads + 4*kv_heads)/tp + 8)``
       (counted exactly on Qwen3 with SDPA in fp32 and bf16: RMSNorm keeps an fp32 copy of its
-      input), times the layers; with ``gradient_checkpointing`` each layer keeps only its input
-      ``T*b*h`` and one layer is recomputed at a time; plus the loss head
+      input), times the layers; with ``gradient_checkpointing=True`` (or ``"full"``) each layer
+      keeps only its input ``T*b*h`` and one layer is recomputed at a time; with
+      ``gradient_checkpointing="selective"`` every ``checkpoint_every``-th layer is checkpointed
+      that way and the others keep everything (TorchTitan's layer-level selective AC,
+      :data:`SELECTIVE_ACTIVATION_FORMULA`); plus the loss head
       ``T*((4 + 2b)*h + V*(b + 8))`` (logits, their fp32 copy, fp32 log-probs: the full vocabulary
       on every TP rank). TP splits the head- and MLP-wide tensors, not the h-wide residual
       stream; FSDP does not split activations: each FSDP rank holds those of its own
@@ -606,15 +743,17 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
       cache_implementation="static")`` allocates ``max_length - 1`` = prompt + new tokens - 1.
 
     Returns a :class:`MemoryPlan` (``.components``, ``.total``, ``.table()``, ``.summary()``,
-    ``.to_dict()``). Used by :func:`plan_mesh`, notebook 05 and ``python -m trnlab plan``.
+    ``.to_dict()``). Used by :func:`plan_mesh`, notebook 06 and ``python -m trnlab plan``.
     """
     config, label = resolve_config(config)
     workload_key = _WORKLOADS.get(str(workload).lower())
     if workload_key is None:
         raise PlanError(f"workload={workload!r}: use 'inference' or 'train'")
-    for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size), ("batch", batch), ("seq", seq)):
+    for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size), ("batch", batch), ("seq", seq),
+                        ("checkpoint_every", checkpoint_every)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PlanError(f"{name}={value!r}: a whole number >= 1")
+    mode = checkpointing_mode(gradient_checkpointing)
     master = _MASTER.get(str(master_weights).lower())
     if master is None:
         raise PlanError(f"master_weights={master_weights!r}: use 'fp32' or 'bf16'")
@@ -627,6 +766,8 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
     if tp_size > 1 and not spec.dims["has_tp_plan"]:
         raise PlanError(f"{type(config).__name__} has no tensor-parallel plan (base_model_tp_plan): use tp_size=1")
     d = spec.dims
+    if tp_size > 1 and _tp_problem(d, tp_size):
+        raise PlanError(_tp_problem(d, tp_size))
     cache_length = seq if cache_length is None else cache_length
     if not isinstance(cache_length, int) or cache_length < 1:
         raise PlanError(f"cache_length={cache_length!r}: a whole number >= 1")
@@ -660,11 +801,14 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
     tokens = batch * seq
     if train:
         per_layer = _train_layer_bytes(d, tokens, b, tp_size)
-        layers = (L * tokens * b * h + per_layer) if gradient_checkpointing else L * per_layer
+        recomputed = checkpointed_layers(L, mode, checkpoint_every) if train else 0
+        # checkpointed layers keep their input; the others everything; one recomputed layer at a time
+        layers = (L - recomputed) * per_layer + recomputed * tokens * b * h + (per_layer if recomputed else 0)
         head = tokens * ((4 + 2 * b) * h + V * (b + 8))
         comp["activations"] = int(layers + head)
         detail = {"per_layer": int(per_layer), "layers": int(layers), "head": int(head)}
-        notes.append("activations (estimate): " + TRAIN_ACTIVATION_FORMULA + ".")
+        notes.append("activations (estimate): " + TRAIN_ACTIVATION_FORMULA
+                     + ("; " + SELECTIVE_ACTIVATION_FORMULA if mode == "selective" else "") + ".")
     else:
         per_layer = tokens * b * (2 * h + max(2 * q + 2 * kv, 3 * i) / tp_size)
         head = batch * V * (b + 4)
@@ -682,7 +826,9 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
         notes.append(f"seq/cache_length exceed max_position_embeddings={d['max_position_embeddings']}.")
     return MemoryPlan(
         model=label, tp_size=tp_size, fsdp_size=fsdp_size, workload=workload_key, batch=batch, seq=seq,
-        dtype=dtype_name, master_weights=master, optimizer_name=opt, gradient_checkpointing=bool(gradient_checkpointing),
+        dtype=dtype_name, master_weights=master, optimizer_name=opt,
+        gradient_checkpointing=train and mode != "none", checkpointing=mode if train else "none",
+        checkpoint_every=checkpoint_every,
         cache_length=cache_length if not train else 0, components=comp,
         parameter_count=sum(_count(p[1]) for p in spec.params), local_parameter_count=local,
         shards=shards, notes=notes, activation_detail=detail)
@@ -694,23 +840,33 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
 
 @dataclass
 class MeshCandidate:
-    """One (tp, fsdp) mesh on the instance: rejected (why), or its plan and whether it fits."""
+    """One (tp, fsdp) mesh on the instance: rejected (why), or its plan and whether it fits.
+
+    ``replicas`` > 1: a serving layout of that many independent copies of the mesh (inference).
+    """
 
     tp_size: int
     fsdp_size: int
     plan: MemoryPlan | None = None
     fits: bool = False
     rejected: str = ""
+    replicas: int = 1
 
     @property
     def valid(self) -> bool:
         return not self.rejected
 
+    @property
+    def mesh(self) -> str:
+        return f"tp={self.tp_size} x fsdp={self.fsdp_size}"
+
     def to_dict(self) -> dict:
-        out = {"tp_size": self.tp_size, "fsdp_size": self.fsdp_size, "valid": self.valid, "fits": self.fits}
+        out = {"tp_size": self.tp_size, "fsdp_size": self.fsdp_size, "valid": self.valid, "fits": self.fits,
+               "replicas": self.replicas}
         if self.rejected:
             out["rejected"] = self.rejected
         if self.plan is not None:
+            out["checkpointing"] = self.plan.checkpointing
             out["components"] = dict(self.plan.components)
             out["total_bytes"] = self.plan.total
             out["total_gib"] = round(self.plan.total / GiB, 4)
@@ -719,7 +875,11 @@ class MeshCandidate:
 
 @dataclass
 class MeshPlan:
-    """What :func:`plan_mesh` found: every mesh tried, the recommended one and why."""
+    """What :func:`plan_mesh` found: every mesh tried, the recommended one and why.
+
+    ``checkpointing`` is the activation checkpointing of the recommendation (and of every row of
+    :meth:`table`); ``tried`` lists the (mesh, checkpointing) steps the planner took, in order.
+    """
 
     model: str
     instance: Instance
@@ -730,6 +890,8 @@ class MeshPlan:
     recommended: MeshCandidate | None
     reason: str
     settings: dict = field(default_factory=dict)
+    checkpointing: str = "none"
+    tried: list = field(default_factory=list)
 
     @property
     def world_size(self) -> int:
@@ -750,13 +912,16 @@ class MeshPlan:
         short = {"parameters": "params", "gradients": "grads", "optimizer": "optim",
                  "fsdp_buffers": "fsdp buf", "activations": "activ.", "kv_cache": "kv cache"}
         head = f"{'tp':>3} {'fsdp':>5}  " + " ".join(f"{short[k]:>9}" for k in COMPONENTS) + f" {'total':>9}  verdict"
-        lines = [head + "   (GiB per rank)"]
+        lines = [head + "   (GiB per rank" + (f", {_checkpointing_label(self.checkpointing, self.settings.get('checkpoint_every', 2))})"
+                                             if self.workload == "train" else ")")]
         for c in self.candidates:
             if c.plan is None:
                 lines.append(f"{c.tp_size:>3} {c.fsdp_size:>5}  rejected: {c.rejected}")
                 continue
             values = " ".join(f"{c.plan.components[k] / GiB:>9.2f}" for k in COMPONENTS)
             mark = "fits" if c.fits else "too big"
+            if c.replicas > 1:
+                mark += f" ({c.replicas} replicas)"
             if c is self.recommended:
                 mark += "  <- recommended"
             lines.append(f"{c.tp_size:>3} {c.fsdp_size:>5}  {values} {c.plan.total / GiB:>9.2f}  {mark}")
@@ -766,19 +931,21 @@ class MeshPlan:
         """Instance, budget per core, and the recommendation with its reason."""
         inst = self.instance
         where = f"{self.nodes} x {inst.name}" if self.nodes > 1 else inst.name
-        return (f"{self.model}, {self.workload} on {where}: {self.world_size} logical NeuronCores, "
-                f"{inst.hbm_per_core / GiB:.0f} GiB HBM each ({self.budget / GiB:.1f} GiB usable with "
-                f"{self.headroom:.0%} headroom).\n{self.reason}")
+        return (f"{self.model}, {self.workload} on {where}: {self.world_size} logical NeuronCores "
+                f"({inst.cores_per_chip} per chip), {inst.hbm_per_core / GiB:.0f} GiB HBM each "
+                f"({self.budget / GiB:.1f} GiB usable with {self.headroom:.0%} headroom).\n{self.reason}")
 
     def to_dict(self) -> dict:
         """JSON-ready: instance, nodes, budget, every candidate, the recommendation and its reason."""
         return {"model": self.model, "instance": self.instance.to_dict(), "nodes": self.nodes,
                 "world_size": self.world_size, "workload": self.workload, "headroom": self.headroom,
-                "budget_bytes": self.budget, "settings": dict(self.settings),
+                "budget_bytes": self.budget, "settings": dict(self.settings), "checkpointing": self.checkpointing,
                 "recommended": None if self.recommended is None else
                 {"tp_size": self.recommended.tp_size, "fsdp_size": self.recommended.fsdp_size,
+                 "replicas": self.recommended.replicas, "checkpointing": self.recommended.plan.checkpointing,
                  "plan": self.recommended.plan.to_dict()},
-                "reason": self.reason, "candidates": [c.to_dict() for c in self.candidates]}
+                "reason": self.reason, "tried": [dict(t) for t in self.tried],
+                "candidates": [c.to_dict() for c in self.candidates]}
 
     def __str__(self) -> str:
         return self.summary() + "\n" + self.table()
@@ -788,44 +955,131 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _candidates(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
-                tp_size: int | None = None, fsdp_size: int | None = None) -> list[MeshCandidate]:
-    world = inst.logical_cores * nodes
-    budget = inst.hbm_per_core
-    if tp_size is not None or fsdp_size is not None:
-        tp = tp_size or (world // fsdp_size if fsdp_size and world % fsdp_size == 0 else 1)
-        fs = fsdp_size or max(world // tp, 1)
-        meshes = [(tp, fs)]
-    else:
-        meshes = [(t, world // t) for t in _divisors(world)]
-    out = []
-    for tp, fs in meshes:
-        try:
-            validate_parallel_sizes(world, tp, fs, model_config=config)
-        except LaunchConfigError as exc:
-            if tp_size is not None or fsdp_size is not None:
+def _where(inst: Instance, nodes: int) -> str:
+    return f"{nodes} x {inst.name}" if nodes > 1 else inst.name
+
+
+def _whole(name: str, value) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise PlanError(f"{name}={value!r}: a whole number >= 1")
+
+
+def _given_mesh(config, inst: Instance, nodes: int, tp_size: int | None, fsdp_size: int | None) -> tuple[int, int]:
+    """The one mesh ``tp_size``/``fsdp_size`` name, checked: the model's heads first, then the launch."""
+    _whole("tp_size", tp_size)
+    _whole("fsdp_size", fsdp_size)
+    world, where = inst.logical_cores * nodes, _where(inst, nodes)
+    d = _spec(config).dims
+    ok_tps = [t for t in _divisors(world) if not _tp_problem(d, t)]
+    if tp_size is not None and _tp_problem(d, tp_size):
+        if world % tp_size == 0 and fsdp_size in (None, world // tp_size):
+            try:   # the launcher's own message, as `launch` would print it
+                validate_parallel_sizes(world, tp_size, world // tp_size, model_config=config)
+            except LaunchConfigError as exc:
                 raise PlanError(str(exc)) from exc
-            out.append(MeshCandidate(tp, fs, rejected=str(exc)))
+        # The heads come first: a launch-size message would hide why this tp cannot work at all.
+        raise PlanError(_tp_problem(d, tp_size, world, where))
+    if tp_size is None:
+        if world % fsdp_size:
+            raise PlanError(f"fsdp_size={fsdp_size} does not divide the {world} ranks of {where}: give "
+                            f"--tp too, or use fsdp_size in {[world // t for t in ok_tps]}.")
+        tp_size = world // fsdp_size
+    if fsdp_size is None:
+        if world % tp_size:
+            raise PlanError(f"tp_size={tp_size} does not divide the {world} ranks of {where}: use tp_size "
+                            f"in {ok_tps}, or give --fsdp and --nodes for another world size.")
+        fsdp_size = world // tp_size
+    try:
+        validate_parallel_sizes(world, tp_size, fsdp_size, model_config=config)
+    except LaunchConfigError as exc:
+        raise PlanError(str(exc)) from exc
+    if inst.cores_per_host % tp_size:
+        raise PlanError(_across_hosts(inst, tp_size))
+    return tp_size, fsdp_size
+
+
+def _across_hosts(inst: Instance, tp: int) -> str:
+    return (f"tp_size={tp} would split a TP group across hosts ({inst.cores_per_host} cores per "
+            f"host): TP all-reduces every layer and needs NeuronLink, not EFA")
+
+
+def _mesh_candidates(config, inst: Instance, nodes: int) -> list[MeshCandidate]:
+    """Every (tp, world // tp) mesh, rejected ones with the launcher's reason; no plans yet."""
+    world = inst.logical_cores * nodes
+    out = []
+    for tp in _divisors(world):
+        try:
+            validate_parallel_sizes(world, tp, world // tp, model_config=config)
+        except LaunchConfigError as exc:
+            out.append(MeshCandidate(tp, world // tp, rejected=str(exc)))
             continue
         if inst.cores_per_host % tp:
-            msg = (f"tp_size={tp} would split a TP group across hosts ({inst.cores_per_host} cores per "
-                   f"host): TP all-reduces every layer and needs NeuronLink, not EFA")
-            if tp_size is not None:
-                raise PlanError(msg)
-            out.append(MeshCandidate(tp, fs, rejected=msg))
+            out.append(MeshCandidate(tp, world // tp, rejected=_across_hosts(inst, tp)))
             continue
-        plan = plan_memory(config, tp, fs, workload=workload, **mem_kwargs)
-        out.append(MeshCandidate(tp, fs, plan=plan, fits=plan.fits(budget, headroom)))
+        out.append(MeshCandidate(tp, world // tp))
     return out
 
 
-def _any_fits(config, inst, nodes, workload, headroom, mem_kwargs) -> MeshCandidate | None:
-    try:
-        cands = _candidates(config, inst, nodes, workload, headroom, mem_kwargs)
-    except PlanError:
+def _planned(config, cand: MeshCandidate, workload: str, mem_kwargs: dict, mode: str,
+             budget: int, headroom: float) -> MeshCandidate:
+    if cand.rejected:
+        return cand
+    plan = plan_memory(config, cand.tp_size, cand.fsdp_size, workload=workload,
+                       **{**mem_kwargs, "gradient_checkpointing": mode})
+    return MeshCandidate(cand.tp_size, cand.fsdp_size, plan=plan, fits=plan.fits(budget, headroom),
+                         replicas=cand.replicas)
+
+
+@dataclass
+class _Choice:
+    """What :func:`_search` found: the mesh, its checkpointing, and every step tried before it."""
+
+    candidate: MeshCandidate
+    mode: str
+    tried: list
+    kind: str    # "fsdp-only", "tp-in-chip", "tp-across-chips", "replicas", "given"
+
+
+def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
+            modes: tuple, given: tuple | None = None) -> _Choice | None:
+    """Walk the planner's ladder (module docstring, :func:`plan_mesh`); the first step that fits, or None."""
+    world, chip, budget = inst.logical_cores * nodes, inst.cores_per_chip, inst.hbm_per_core
+    tried = []
+
+    def attempt(cand, mode, kind):
+        planned = _planned(config, cand, workload, mem_kwargs, mode, budget, headroom)
+        tried.append({"tp_size": cand.tp_size, "fsdp_size": cand.fsdp_size, "replicas": cand.replicas,
+                      "checkpointing": mode, "total_bytes": planned.plan.total, "fits": planned.fits})
+        return _Choice(planned, mode, tried, kind) if planned.fits else None
+
+    if given is not None:
+        for mode in modes:
+            hit = attempt(MeshCandidate(*given), mode, "given")
+            if hit:
+                return hit
         return None
-    fitting = [c for c in cands if c.fits]
-    return min(fitting, key=lambda c: c.tp_size) if fitting else None
+    valid = [c for c in _mesh_candidates(config, inst, nodes) if c.valid]
+    in_chip = [c for c in valid if c.tp_size <= chip]
+    if workload == "inference":
+        # Serving: independent replicas without FSDP (FSDP would all-gather every layer for every token).
+        for cand in in_chip:
+            hit = attempt(MeshCandidate(cand.tp_size, 1, replicas=world // cand.tp_size), "none", "replicas")
+            if hit:
+                return hit
+    steps = [c for c in in_chip if c.tp_size == 1]
+    if any(c.tp_size > 1 for c in in_chip):   # TP fills the chip: "Keep TP4 within a chip"
+        steps.append(max((c for c in in_chip if c.tp_size > 1), key=lambda c: c.tp_size))
+    for mode in modes:
+        for cand in steps:
+            hit = attempt(cand, mode, "fsdp-only" if cand.tp_size == 1 else "tp-in-chip")
+            if hit:
+                return hit
+    for mode in modes:           # last resort: TP across chips
+        for cand in (c for c in valid if c.tp_size > chip):
+            hit = attempt(cand, mode, "tp-across-chips")
+            if hit:
+                return hit
+    return None
 
 
 #: Node counts tried when looking for "more nodes" (beyond 8, the usual cluster sizes).
@@ -833,89 +1087,107 @@ _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 
 def _head_ok_tps(config, inst: Instance) -> list[int]:
-    out = []
-    for tp in _divisors(inst.cores_per_host):
-        try:
-            validate_parallel_sizes(tp, tp, 1, model_config=config)
-        except LaunchConfigError:
-            continue
-        out.append(tp)
-    return out
+    d = _spec(config).dims
+    return [tp for tp in _divisors(inst.cores_per_host) if not _tp_problem(d, tp)]
 
 
-def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict) -> list[str]:
-    """Computed alternatives for a workload that fits no mesh: each one was planned and fits."""
-    out = []
-    where = f"{nodes} x {inst.name}" if nodes > 1 else inst.name
-    train = workload == "train"
+def _scales_with_nodes(config, inst: Instance, workload: str, headroom: float, mem_kwargs: dict, mode: str) -> bool:
+    """Whether any node count could fit: more ranks shrink the FSDP-sharded state, never a rank's
+    activations or gathered layers, so if even an unbounded FSDP size does not fit, none will."""
+    return any(plan_memory(config, tp, 1 << 20, workload=workload, **{**mem_kwargs, "gradient_checkpointing": mode})
+               .fits(inst.hbm_per_core, headroom) for tp in _head_ok_tps(config, inst))
 
-    def fit(instance, n, **changes):
-        return _any_fits(config, instance, n, workload, headroom, {**mem_kwargs, **changes})
 
-    def say(hit):
-        return f"tp={hit.tp_size} x fsdp={hit.fsdp_size}, {hit.plan.total / GiB:.1f} GiB per core"
-
-    def scales_help(instance, **changes):
-        # More ranks shrink the FSDP-sharded state, never a rank's activations or gathered layers:
-        # if even an unbounded FSDP size does not fit, no node count will.
-        return any(plan_memory(config, tp, 1 << 20, workload=workload, **{**mem_kwargs, **changes})
-                   .fits(instance.hbm_per_core, headroom) for tp in _head_ok_tps(config, instance))
-
-    def more_nodes(instance, start, **changes):
-        if not scales_help(instance, **changes):
-            return None
-        for n in (c for c in _NODE_COUNTS if c > start):
-            hit = fit(instance, n, **changes)
-            if hit:
-                return n, hit
+def _more_nodes(config, inst, start, workload, headroom, mem_kwargs, modes):
+    if not _scales_with_nodes(config, inst, workload, headroom, mem_kwargs, modes[-1]):
         return None
+    for n in (c for c in _NODE_COUNTS if c > start):
+        hit = _search(config, inst, n, workload, headroom, mem_kwargs, modes)
+        if hit:
+            return n, hit
+    return None
 
-    found = more_nodes(inst, nodes)
+
+def _largest_batch(config, inst, nodes, workload, headroom, mem_kwargs, modes, upper: int):
+    """The largest micro-batch in [1, upper] that fits, by bisection (memory grows with the batch)."""
+    def search(batch):
+        return _search(config, inst, nodes, workload, headroom, {**mem_kwargs, "batch": batch}, modes)
+
+    if upper < 1:
+        return None
+    best = search(1)
+    if best is None:
+        return None
+    lo, hi, found = 1, upper, (1, best)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        hit = search(mid)
+        if hit:
+            lo, found = mid, (mid, hit)
+        else:
+            hi = mid - 1
+    return found
+
+
+def _say(hit: _Choice, workload: str) -> str:
+    c = hit.candidate
+    mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.mesh
+    ckpt = f", {_checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if workload == "train" else ""
+    return f"{mesh}{ckpt}, {c.plan.total / GiB:.1f} GiB per core"
+
+
+def _checkpointing_flag(mode: str) -> str:
+    return f"--checkpointing {mode}"
+
+
+def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
+                    modes: tuple) -> list[str]:
+    """Computed alternatives for a workload that fits no mesh: each one was planned and fits."""
+    out, where, train = [], _where(inst, nodes), workload == "train"
+    args = (workload, headroom)
+    found = _more_nodes(config, inst, nodes, *args, mem_kwargs, modes)
     if found:
         n, hit = found
-        out.append(f"{n} x {inst.name} (--nodes {n}): {say(hit)}")
-    bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > inst.hbm_total * nodes),
-                    key=lambda o: o.hbm_total)
+        out.append(f"{n} x {inst.name} (--nodes {n}): {_say(hit, workload)}")
+    bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > inst.hbm_total * nodes), key=lambda o: o.hbm_total)
     for other in bigger:
-        hit = fit(other, 1)
+        hit = _search(config, other, 1, *args, mem_kwargs, modes)
         if hit:
-            out.append(f"one {other.name}: {say(hit)}")
+            out.append(f"one {other.name}: {_say(hit, workload)}")
             break
-    for smaller in range(mem_kwargs["batch"] - 1, 0, -1):
-        hit = fit(inst, nodes, batch=smaller)
-        if hit:
-            out.append(f"--batch {smaller} on {where}: {say(hit)}")
+    found = _largest_batch(config, inst, nodes, *args, mem_kwargs, modes, mem_kwargs["batch"] - 1)
+    if found:
+        out.append(f"--batch {found[0]} on {where}: {_say(found[1], workload)}")
+    heavier = [m for m in CHECKPOINTING if CHECKPOINTING.index(m) > CHECKPOINTING.index(modes[-1])] if train else []
+    for mode in heavier:
+        found = _largest_batch(config, inst, nodes, *args, mem_kwargs, (mode,), mem_kwargs["batch"])
+        if found:
+            extra = "" if found[0] == mem_kwargs["batch"] else f" --batch {found[0]}"
+            out.append(f"{_checkpointing_flag(mode)}{extra} on {where}: {_say(found[1], workload)}")
             break
-    if train and not mem_kwargs.get("gradient_checkpointing"):
-        for batch in range(mem_kwargs["batch"], 0, -1):
-            hit = fit(inst, nodes, batch=batch, gradient_checkpointing=True)
-            if hit:
-                extra = "" if batch == mem_kwargs["batch"] else f" --batch {batch}"
-                out.append(f"--gradient-checkpointing{extra} on {where}: {say(hit)}")
-                break
     if out:
         return out
-    # Nothing changes one thing and fits: combine a smaller micro-batch (and checkpointing) with scale.
-    lean = {"batch": 1, **({"gradient_checkpointing": True} if train else {})}
+    # Nothing changes one thing and fits: combine a micro-batch of 1 (and full checkpointing) with scale.
+    lean_modes = ("full",) if train else modes
+    lean = {**mem_kwargs, "batch": 1}
     flags = " ".join((["--batch 1"] if mem_kwargs["batch"] > 1 else [])
-                     + (["--gradient-checkpointing"] if train and not mem_kwargs.get("gradient_checkpointing") else []))
-    flags = flags or "the same settings"
-    hit = fit(inst, nodes, **lean)
+                     + ([_checkpointing_flag("full")] if train and modes[-1] != "full" else [])) or "the same settings"
+    hit = _search(config, inst, nodes, *args, lean, lean_modes)
     if hit:
-        return [f"{flags} on {where}: {say(hit)}"]
-    found = more_nodes(inst, nodes, **lean)
+        return [f"{flags} on {where}: {_say(hit, workload)}"]
+    found = _more_nodes(config, inst, nodes, *args, lean, lean_modes)
     if found:
         n, hit = found
-        out.append(f"{flags} on {n} x {inst.name} (--nodes {n}): {say(hit)}")
+        out.append(f"{flags} on {n} x {inst.name} (--nodes {n}): {_say(hit, workload)}")
     for other in bigger:
-        hit = fit(other, 1, **lean)
+        hit = _search(config, other, 1, *args, lean, lean_modes)
         if hit:
-            out.append(f"{flags} on one {other.name}: {say(hit)}")
+            out.append(f"{flags} on one {other.name}: {_say(hit, workload)}")
             break
-        found = more_nodes(other, 1, **lean)
+        found = _more_nodes(config, other, 1, *args, lean, lean_modes)
         if found:
             n, hit = found
-            out.append(f"{flags} on {n} x {other.name} (--nodes {n}): {say(hit)}")
+            out.append(f"{flags} on {n} x {other.name} (--nodes {n}): {_say(hit, workload)}")
             break
     if out:
         return out
@@ -924,108 +1196,182 @@ def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom:
         changes = {**lean, "seq": seq}
         if mem_kwargs.get("cache_length") is not None:
             changes["cache_length"] = min(mem_kwargs["cache_length"], seq)
-        hit = fit(inst, nodes, **changes)
+        hit = _search(config, inst, nodes, *args, changes, lean_modes)
         if hit:
-            return [f"{flags} --seq {seq} on {where}: {say(hit)}"]
+            return [f"{flags} --seq {seq} on {where}: {_say(hit, workload)}"]
         seq //= 2
     return [f"nothing the planner tried (up to {_NODE_COUNTS[-1]} nodes, batch 1"
-            + (", gradient checkpointing" if train else "") + ", seq down to 128)"]
+            + (", full activation checkpointing" if train else "") + ", seq down to 128)"]
 
 
-def _reason(best: MeshCandidate, cands: list, inst: Instance, budget: int, workload: str) -> str:
-    plan = best.plan
-    smaller = [c for c in cands if c.plan is not None and c.tp_size < best.tp_size]
-    why = (f"Recommended: tp={best.tp_size} x fsdp={best.fsdp_size}, {plan.total / GiB:.2f} of "
-           f"{budget / GiB:.1f} GiB usable per core. ")
-    if smaller:
-        worst = max(smaller, key=lambda c: c.tp_size)
-        why += (f"It is the smallest tensor-parallel size that fits (tp={worst.tp_size} needs "
-                f"{worst.plan.total / GiB:.1f} GiB). ")
+#: AWS's published layout for Qwen3-8B training on one trn2.48xlarge (TorchTitan Neuron tutorial).
+AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": "trn2.48xlarge", "tp_size": 4, "fsdp_size": 16,
+                       "checkpointing": "selective", "config": "qwen3_8b_tp4_fsdp16_sac", "source": TORCHTITAN_TUTORIAL_URL}
+
+
+def _tried_text(tried: list, chosen: dict, workload: str = "train") -> str:
+    failed = [t for t in tried if not t["fits"] and t is not chosen]
+    if not failed:
+        return ""
+    by_mode: dict[str, list[str]] = {}
+    for t in failed:
+        mesh = (f"{t['replicas']} replicas of tp={t['tp_size']}" if t["replicas"] > 1
+                else f"tp={t['tp_size']} x fsdp={t['fsdp_size']}")
+        by_mode.setdefault(t["checkpointing"], []).append(f"{mesh} needs {t['total_bytes'] / GiB:.1f} GiB")
+    if workload != "train":
+        return "Tried first: " + ", ".join(v for values in by_mode.values() for v in values) + ". "
+    return "Tried first: " + "; ".join(f"{_checkpointing_label(m)}: {', '.join(v)}" for m, v in by_mode.items()) + ". "
+
+
+def _reason(choice: _Choice, config, inst: Instance, nodes: int, budget: int, workload: str, label: str,
+            auto: bool = True) -> str:
+    best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
+    chip, world = inst.cores_per_chip, inst.logical_cores * nodes
+    train = workload == "train"
+    ckpt = f" with {_checkpointing_label(mode, plan.checkpoint_every)}" if train and mode != "none" else ""
+    if choice.kind == "replicas":
+        why = (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
+               f"{best.tp_size}) (tp={best.tp_size} x fsdp=1), {plan.total / GiB:.2f} of {budget / GiB:.1f} GiB "
+               f"usable per core. ")
+    elif choice.kind == "given":
+        why = (f"Planned the mesh you gave: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, "
+               f"{plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core. ")
     else:
-        why += "It is the smallest tensor-parallel size (no TP needed). "
-    why += ("TP all-reduces activations twice per layer, so once the model fits, more TP only adds "
-            "communication; FSDP shards weights" + (", gradients and optimizer state" if workload == "train" else "")
-            + f" over {best.fsdp_size} ranks and gathers each layer when it runs, overlapping compute. ")
-    if 1 < best.tp_size <= inst.cores_per_chip:
-        why += f"tp={best.tp_size} keeps each TP group inside one chip ({inst.cores_per_chip} logical cores per chip). "
-    elif best.tp_size > inst.cores_per_chip:
-        why += f"tp={best.tp_size} spans {best.tp_size // inst.cores_per_chip} chips over NeuronLink. "
+        why = (f"Recommended: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, {plan.total / GiB:.2f} of "
+               f"{budget / GiB:.1f} GiB usable per core. ")
+    why += _tried_text(choice.tried, choice.tried[-1], workload)
+    if choice.kind == "replicas":
+        why += ("Serving uses no FSDP: FSDP all-gathers every layer on every forward, that is for every new "
+                "token; each replica holds the whole model and answers its own requests. ")
+        if best.tp_size > 1:
+            why += (f"tp={best.tp_size} keeps each replica inside one chip ({chip} logical cores per chip), "
+                    f"where its all-reduces stay on the chip. ")
+        return why + f"Each replica serves {plan.batch} sequence(s) of {plan.cache_length} cache positions."
+    if best.tp_size == 1:
+        why += ("FSDP alone fits: no tensor parallelism (Neuron's training best practices: start with the least "
+                "model parallelism that leaves memory headroom). ")
+    elif best.tp_size <= chip:
+        why += (f"tp={best.tp_size} keeps each TP group inside one chip ({chip} logical cores per chip; Neuron's "
+                f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay "
+                f"on the chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
+    else:
+        why += (f"tp={best.tp_size} spans {best.tp_size // chip} chips, against Neuron's advice to keep TP within "
+                f"a chip ({chip} logical cores): " + ("you asked for it. " if choice.kind == "given" else
+                                                       "no mesh with TP inside a chip fits. "))
+    if best.fsdp_size > 1:
+        why += ("FSDP shards the weights" + (", gradients and optimizer state" if train else "")
+                + f" over {best.fsdp_size} ranks and gathers each layer when it runs, overlapping compute. ")
+    if train and mode != "none":
+        layers = _spec(config).dims["layers"]
+        recomputed = checkpointed_layers(layers, mode, plan.checkpoint_every)
+        why += (f"Checkpointing recomputes {recomputed} of {layers} layers' forward in backward: about "
+                f"{recompute_fraction(config, plan.seq, mode, checkpoint_every=plan.checkpoint_every):.0%} more "
+                f"compute per step (estimate from FLOPs). ")
     why += (f"Each FSDP rank runs its own micro-batch of {plan.batch} x {plan.seq} tokens "
-            f"(global batch {plan.batch * best.fsdp_size}).")
+            f"(global batch {plan.batch * best.fsdp_size * best.replicas}).")
+    recipe = AWS_QWEN3_8B_RECIPE
+    if train and label == recipe["model"] and inst.name == recipe["instance"] and nodes == 1:
+        same = (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"])
+        why += (f" This is AWS's published layout for {label} on a {inst.name} (TorchTitan config "
+                f"{recipe['config']})." if same else
+                f" AWS's published layout for {label} on a {inst.name} is tp=4 x fsdp=16 with selective activation "
+                f"checkpointing (TorchTitan config {recipe['config']}); here it is not recommended because "
+                + ("you gave the mesh." if choice.kind == "given" else
+                   f"you fixed the checkpointing ({_checkpointing_label(mode, plan.checkpoint_every)})." if not auto
+                   else f"at this workload tp={best.tp_size} x fsdp={best.fsdp_size} with "
+                      f"{_checkpointing_label(mode, plan.checkpoint_every).replace('activation ', '')} fits already "
+                      f"(less model parallelism or less recompute)."))
     return why
 
 
 def plan_mesh(config=None, instance="trn2.48xlarge", workload: str = "inference", *, batch: int = 1,
               seq: int = 2048, headroom: float = 0.1, nodes: int = 1, tp_size: int | None = None,
               fsdp_size: int | None = None, dtype="bfloat16", master_weights: str = "fp32",
-              optimizer: str = "adamw", gradient_checkpointing: bool = False,
-              cache_length: int | None = None) -> MeshPlan:
-    """Choose the ``DistributedConfig(tp_size, fsdp_size)`` for ``config`` on ``instance``.
+              optimizer: str = "adamw", gradient_checkpointing: bool | str | None = None,
+              cache_length: int | None = None, checkpoint_every: int = 2) -> MeshPlan:
+    """Choose the ``DistributedConfig(tp_size, fsdp_size)`` (and the activation checkpointing) for
+    ``config`` on ``instance``, the way Neuron's training best practices lay a job out.
 
-    Tries every mesh with ``tp_size * fsdp_size`` = logical cores x ``nodes`` (or only the one
-    given by ``tp_size``/``fsdp_size``), rejects those :func:`trnlab.launcher.validate_parallel_sizes`
-    rejects (heads, kv heads, MLP width divisible by tp; vocabulary by tp * fsdp with tied
-    embeddings) or that would split a TP group across hosts, plans each with
-    :func:`plan_memory`, and keeps those whose total fits the HBM per logical core minus
-    ``headroom``. Recommends the smallest tp that fits (TP costs communication every layer),
-    and says why. ``batch`` is the micro-batch of each FSDP rank.
+    Training climbs a ladder and stops at the first step that fits the HBM per logical core minus
+    ``headroom``: for each checkpointing mode, least recompute first (none, selective, full; only
+    the one given by ``gradient_checkpointing`` if it is not ``None``), FSDP alone over every rank
+    (tp=1), then tensor parallelism filling one chip (tp = its logical cores, 4 on trn2 and trn3:
+    "Keep TP4 within a chip") with FSDP between the chips; only if none of those fits, TP across
+    chips. Inference first tries independent replicas without FSDP (tp=1, 2, 4 within a chip),
+    then the same FSDP ladder. Meshes the model or the launch cannot take are rejected with the
+    message of :func:`trnlab.launcher.validate_parallel_sizes`. ``tp_size``/``fsdp_size`` plan
+    only that mesh (its heads checked first). ``batch`` is the micro-batch of each FSDP rank.
 
-    Raises :class:`PlanError`: unknown or trn1 instance; a given mesh the model or launch cannot
-    take (the :class:`~trnlab.launcher.LaunchConfigError` message); no mesh fits (the message says
-    what would: more nodes, a larger instance, a smaller batch or sequence, gradient
-    checkpointing, each computed). Returns a :class:`MeshPlan`. Used by notebook 05 and
-    ``python -m trnlab plan``.
+    Raises :class:`PlanError`: unknown or trn1 instance; bad sizes (``tp_size=0``, a tp the heads
+    do not divide by); a given mesh the model or launch cannot take; no mesh fits (the message says
+    what would: more nodes, a larger instance, a smaller batch or sequence, checkpointing, each
+    computed). Returns a :class:`MeshPlan`. Used by notebook 06 and ``python -m trnlab plan``.
     """
     inst = get_instance(instance)
     config, label = resolve_config(config)
-    if not isinstance(nodes, int) or nodes < 1:
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise PlanError(f"nodes={nodes!r}: a whole number >= 1")
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom={headroom!r}: a fraction in [0, 1)")
     workload_key = _WORKLOADS.get(str(workload).lower())
     if workload_key is None:
         raise PlanError(f"workload={workload!r}: use 'inference' or 'train'")
+    train = workload_key == "train"
+    if gradient_checkpointing is None or str(gradient_checkpointing).lower() == "auto":
+        modes = CHECKPOINTING if train else ("none",)
+    else:
+        modes = (checkpointing_mode(gradient_checkpointing),) if train else ("none",)
     mem_kwargs = dict(batch=batch, seq=seq, dtype=dtype, master_weights=master_weights, optimizer=optimizer,
-                      gradient_checkpointing=gradient_checkpointing, cache_length=cache_length)
-    cands = _candidates(config, inst, nodes, workload_key, headroom, mem_kwargs, tp_size, fsdp_size)
-    budget = int(inst.hbm_per_core * (1 - headroom))
-    where = f"{nodes} x {inst.name}" if nodes > 1 else inst.name
-    valid = [c for c in cands if c.valid]
-    if not valid:
-        reasons = sorted({c.rejected for c in cands})
-        raise PlanError(f"no mesh of {inst.logical_cores * nodes} ranks on {where} suits {label}: "
-                        + " | ".join(reasons))
-    fitting = [c for c in valid if c.fits]
-    settings = {**mem_kwargs, "dtype": _dtype_name(dtype)}
-    if not fitting:
-        best = min(valid, key=lambda c: c.plan.total)
-        what = f"{'training' if workload_key == 'train' else 'inference'} (micro-batch {batch} x {seq} per rank)"
-        alternatives = _what_would_fit(config, inst, nodes, workload_key, headroom, mem_kwargs)
-        other = _any_fits(config, inst, nodes, workload_key, headroom, mem_kwargs)
-        if (tp_size is not None or fsdp_size is not None) and other is not None:
-            alternatives.insert(0, f"--tp {other.tp_size} --fsdp {other.fsdp_size} on {where}: "
-                                   f"{other.plan.total / GiB:.1f} GiB per core")
-        head = (f"{label} {what} does not fit tp={best.tp_size} x fsdp={best.fsdp_size} on {where}: it needs "
-                if tp_size is not None or fsdp_size is not None else
-                f"{label} {what} fits no mesh on {where}: the leanest, tp={best.tp_size} x fsdp={best.fsdp_size}, needs ")
+                      cache_length=cache_length, checkpoint_every=checkpoint_every)
+    plan_memory(config, workload=workload_key, **{**mem_kwargs, "gradient_checkpointing": modes[0]})  # checks inputs
+    given = (_given_mesh(config, inst, nodes, tp_size, fsdp_size)
+             if tp_size is not None or fsdp_size is not None else None)
+    budget, where = int(inst.hbm_per_core * (1 - headroom)), _where(inst, nodes)
+    settings = {**mem_kwargs, "dtype": _dtype_name(dtype), "gradient_checkpointing":
+                "auto" if len(modes) > 1 else modes[0]}
+    choice = _search(config, inst, nodes, workload_key, headroom, mem_kwargs, modes, given)
+    shown_mode = choice.mode if choice else modes[-1]
+    if given is not None:
+        cands = [MeshCandidate(*given)]
+    else:
+        cands = _mesh_candidates(config, inst, nodes)
+        if not any(c.valid for c in cands):
+            raise PlanError(f"no mesh of {inst.logical_cores * nodes} ranks on {where} suits {label}: "
+                            + " | ".join(sorted({c.rejected for c in cands})))
+        if not train:
+            chip_tps = [c.tp_size for c in cands if c.valid and c.tp_size <= inst.cores_per_chip]
+            world = inst.logical_cores * nodes
+            cands = [MeshCandidate(t, 1, replicas=world // t) for t in chip_tps] + cands
+    cands = [_planned(config, c, workload_key, mem_kwargs, shown_mode, inst.hbm_per_core, headroom) for c in cands]
+    if choice is None:
+        valid = [c for c in cands if c.plan is not None]
+        leanest = min(valid, key=lambda c: c.plan.total)
+        what = f"{'training' if train else 'inference'} (micro-batch {batch} x {seq} per rank)"
+        alternatives = _what_would_fit(config, inst, nodes, workload_key, headroom, mem_kwargs, modes)
+        if given is not None:
+            other = _search(config, inst, nodes, workload_key, headroom, mem_kwargs, modes)
+            if other is not None:
+                alternatives.insert(0, f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size} on "
+                                       f"{where}: {_say(other, workload_key)}")
+        ckpt = f" even with {_checkpointing_label(modes[-1], checkpoint_every)}" if train and modes[-1] != "none" else ""
+        head = (f"{label} {what} does not fit tp={leanest.tp_size} x fsdp={leanest.fsdp_size} on {where}{ckpt}: "
+                f"it needs " if given is not None else
+                f"{label} {what} fits no mesh on {where}{ckpt}: the leanest, tp={leanest.tp_size} x "
+                f"fsdp={leanest.fsdp_size}, needs ")
         raise PlanError(
-            head + f"{best.plan.total / GiB:.1f} GiB per core, {budget / GiB:.1f} GiB usable "
+            head + f"{leanest.plan.total / GiB:.1f} GiB per core, {budget / GiB:.1f} GiB usable "
             f"({inst.hbm_per_core / GiB:.0f} GiB minus {headroom:.0%} headroom). What would fit: "
             + "; ".join(alternatives) + ".")
-    best = min(fitting, key=lambda c: c.tp_size)
-    reason = _reason(best, cands, inst, budget, workload_key)
-    if workload_key == "inference":
-        replicas = ((tp, plan_memory(config, tp, 1, workload="inference", **mem_kwargs))
-                    for tp in _head_ok_tps(config, inst))
-        alone = next(((tp, r) for tp, r in replicas if r.fits(inst.hbm_per_core, headroom)), None)
-        if alone:
-            tp, replica = alone
-            reason += (f" For serving, FSDP all-gathers every layer on every forward (each new token): "
-                       f"the model also fits tp={tp} without FSDP ({replica.total / GiB:.2f} GiB per core), "
-                       f"so {inst.logical_cores * nodes // tp} independent replicas of DistributedConfig(tp_size={tp}) "
-                       f"avoid those all-gathers.")
+    best = next((c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) ==
+                 (choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas)), None)
+    if best is None:
+        cands.append(choice.candidate)
+        best = choice.candidate
+    choice.candidate = best
+    reason = _reason(choice, config, inst, nodes, budget, workload_key, label, auto=len(modes) > 1)
     return MeshPlan(model=label, instance=inst, nodes=nodes, workload=workload_key, headroom=headroom,
-                    candidates=cands, recommended=best, reason=reason, settings=settings)
+                    candidates=cands, recommended=best, reason=reason, settings=settings,
+                    checkpointing=choice.mode, tried=choice.tried)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1036,7 +1382,7 @@ def format_plan(plan, *, shards: bool = False) -> str:
     """A plan as text: a :class:`MeshPlan` (summary, every mesh, recommended mesh's components)
     or a :class:`MemoryPlan` (summary and components). ``shards=True`` adds one line per tensor.
 
-    Printed by ``python -m trnlab plan`` and ``python -m trnlab launch --dry-run``; notebook 05.
+    Printed by ``python -m trnlab plan`` and ``python -m trnlab launch --dry-run``; notebook 06.
     """
     if isinstance(plan, MeshPlan):
         parts = [plan.summary(), "", plan.table()]
@@ -1065,7 +1411,7 @@ def plot_memory_plan(plans, budget: int | None = None, ax=None, title: str | Non
 
     ``plans``: a :class:`MeshPlan` (every valid mesh; the HBM per core and the usable budget
     are drawn as lines), a dict ``{label: MemoryPlan}``, or a list of MemoryPlans. ``budget``:
-    bytes per core to draw when ``plans`` is not a MeshPlan. Notebook 05.
+    bytes per core to draw when ``plans`` is not a MeshPlan. Notebook 06.
     """
     import matplotlib.pyplot as plt
 
@@ -1133,7 +1479,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--headroom", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)")
     p.add_argument("--dtype", default="bfloat16", help="compute dtype (default bfloat16)")
     p.add_argument("--master-weights", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--checkpointing", default="auto", choices=["auto", *CHECKPOINTING],
+                   help="activation checkpointing for --train: auto (default: the least recompute that fits), "
+                        "none, selective (every --checkpoint-every-th layer, TorchTitan's layer-level selective AC) "
+                        "or full")
+    p.add_argument("--checkpoint-every", type=int, default=2, help="selective: checkpoint every k-th layer (default 2)")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="the same as --checkpointing full")
     p.add_argument("--cache-length", type=int, default=None, help="static KV cache positions (default: --seq)")
     p.add_argument("--shards", action="store_true", help="list every tensor's shard on one rank")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -1144,9 +1495,14 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m trnlab plan ...``: print the mesh plan (text or ``--json``).
 
     Returns 0, or 2 after printing the :class:`PlanError` (to stderr; in the JSON with ``--json``).
-    The command the README and notebook 05 show; ``--help`` lists the options.
+    The command the README and notebook 06 show; ``--help`` lists the options.
     """
     args = _parser().parse_args(argv)
+    checkpointing = "full" if args.gradient_checkpointing else args.checkpointing
+    if args.gradient_checkpointing and args.checkpointing not in ("auto", "full"):
+        print(f"error: --gradient-checkpointing means --checkpointing full; it contradicts --checkpointing "
+              f"{args.checkpointing}: give one of them", file=sys.stderr)
+        return 2
     try:
         config, label = resolve_config(args.model)
         seq = args.seq
@@ -1156,7 +1512,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_mesh(config, args.instance, "train" if args.train else "inference", batch=args.batch,
                          seq=seq, headroom=args.headroom, nodes=args.nodes, tp_size=args.tp,
                          fsdp_size=args.fsdp, dtype=args.dtype, master_weights=args.master_weights,
-                         gradient_checkpointing=args.gradient_checkpointing, cache_length=args.cache_length)
+                         gradient_checkpointing=None if checkpointing == "auto" else checkpointing,
+                         cache_length=args.cache_length, checkpoint_every=args.checkpoint_every)
         plan.model = label
     except PlanError as exc:
         if args.json:

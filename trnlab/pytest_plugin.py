@@ -4,26 +4,41 @@ Run your notebooks as tests the way the course runs its own::
 
     pytest -p trnlab.pytest_plugin --nbval-lax notebooks/
 
-With this plugin:
+The plugin keeps nbval's own conventions (its comment markers and cell tags, ``--nbval`` and
+``--nbval-lax``) and adds:
 
-* **outputs are sanitized** before nbval compares them (:data:`SANITIZE_PATTERNS`): paths,
-  versions of torch/transformers/accelerate/trnlab/torch-neuronx/python, timings
-  (``1.2 s``, ``35 tokens/s``...), memory addresses, and device names after ``device:``,
-  ``device=`` or in ``device(type='...')`` (so ``device: neuron:0`` and ``device: cpu``
-  compare equal). Your own ``--nbval-sanitize-with`` file still applies; its patterns run first.
+* **sanitizing** (:func:`course_patterns`), each pattern tied to its context, applied after
+  your own ``--nbval-sanitize-with`` patterns; ``--trnlab-no-sanitize`` turns them off:
+
+  - memory addresses in reprs: ``<Foo object at 0x7f3a...>`` (a bare ``0x3610a686`` stays);
+  - timings in the course's formats: a decimal number before ``s``/``ms``/``µs``/``min``
+    (``0.205 s``; ``30 s`` and ``every 5 seconds`` stay), and rates (``195.4 tokens/s``);
+  - device names after ``device:``/``device=`` and in ``device(type='...')``;
+  - versions after a package name: ``torch 2.13.0+cpu``, ``transformers==5.24.0``;
+  - this machine's paths, written the way ``tools/normalize_notebooks.py`` stores them: the
+    temporary folder as ``<tmp>`` (and the 8 random characters ``tempfile.mkdtemp`` ends a
+    folder name in it with), site-packages as ``<site-packages>``, pytest's root folder as
+    repo-relative paths, the home folder as ``~``. Any other path is compared as it is.
 * **stderr is not compared**: warnings and progress bars go there and differ by machine.
-* **each notebook is checked as committed** by one more test item, ``<notebook>::trnlab
-  rules``, which fails with a message naming the problem when the notebook has a code cell
-  never executed, cells executed out of order, an error output, or no cell marked
-  ``# NBVAL_CHECK_OUTPUT`` (under ``--nbval-lax`` nbval would then compare nothing).
+* with ``--trnlab-rules``, **one more test item per notebook**, ``<notebook>::trnlab rules``
+  (:func:`notebook_problems`), that fails with a message naming the problem: cells executed out of order, a stored error
+  (outside ``raises-exception`` cells), a cell marked for checking that was never executed
+  (nbval skips comparing it, so that check can never fail), or nothing nbval would compare.
+  Skipped cells (``# NBVAL_SKIP``, tag ``nbval-skip``) are left out of every rule.
+  These rules are stricter than nbval's own (nbval accepts such notebooks), so they are
+  opt-in: without ``--trnlab-rules`` the plugin never fails a notebook that nbval accepts.
+* **bundled-model cells**: a checked cell tagged ``bundled-model`` holds output of the course's
+  bundled tiny model. When ``TRNLAB_MODEL`` (in the environment or in a ``--notebook-env`` run)
+  names another model, it runs unchecked, and the terminal summary says how many per notebook.
 * the notebooks run in pytest's own Python environment (``--nbval-current-env``) unless you
   pass ``--nbval-kernel-name``.
-* ``--notebook-env NAME=VALUE[,NAME=VALUE]`` runs every notebook **once more** in the same
-  session, its kernel started with those variables set: ``--notebook-env TRNLAB_DTYPE=bfloat16``
-  is the course's bfloat16 pass. A notebook whose code never names any of the variables is
-  not run again (one skipped item says so). Each such run is its own test file,
+* ``--notebook-env "NAME=VALUE [NAME=VALUE ...]"`` runs every notebook **once more**, its
+  kernel started with those variables set (:func:`parse_notebook_env`). Repeat the option for
+  more runs: ``--notebook-env TRNLAB_DTYPE=bfloat16 --notebook-env TRNLAB_MODEL=/models/other``
+  is two extra runs. A notebook whose code never names any of the variables is not run again
+  (one skipped item says so). Each run is its own test file,
   ``notebooks/02_inference.ipynb[TRNLAB_DTYPE=bfloat16]``, so ``pytest-xdist -n 2 --dist
-  loadfile`` runs it beside the others. Repeat the option for more runs.
+  loadfile`` runs it beside the others.
 
 The course's ``make test`` uses this same plugin.
 """
@@ -33,67 +48,171 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import sys
+import tempfile
+import warnings
+from collections import defaultdict
 from pathlib import Path
 from unittest import mock
 
 import pytest
-from nbval.plugin import IPyNbFile
+from nbval.plugin import IPyNbFile, find_comment_markers, find_metadata_tags
 
-#: ``(regex, replacement)`` applied to every compared output, in order.
+__all__ = ["BUNDLED_MODEL_TAG", "SANITIZE_PATTERNS", "NotebookRulesError", "cell_options", "course_patterns",
+           "machine_path_patterns", "notebook_problems", "other_model", "parse_notebook_env", "sanitize"]
+
+#: The course's bundled model (``trnlab/assets/tiny-qwen3``), found without importing torch.
+BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "tiny-qwen3"
+#: The variable that switches the course to another model.
+MODEL_ENV_VAR = "TRNLAB_MODEL"
+#: The cell tag of checked cells whose output belongs to the bundled model.
+BUNDLED_MODEL_TAG = "bundled-model"
+
+#: ``(regex, replacement)`` applied to every compared output, in order; each is tied to a context.
 SANITIZE_PATTERNS = {
-    # Paths of two or more components: /home/me/x, /tmp/abc/def, C:-less POSIX paths.
-    r"(?<![\w.])(/[\w.+-]+){2,}/?": "<PATH>",
-    # Paths as the course stores them (tools/normalize_notebooks.py): repo-relative, <tmp>/..., ~/...
-    r"(?:<(?:tmp|site-packages|venv)>|~|(?<![\w./<>~-])(?:\.venv|trnlab|notebooks|tests|tools))"
-    r"(?:/[\w.+-]+|<PATH>)+/?": "<PATH>",
-    r"\b(torch|transformers|accelerate|trnlab|torch-neuronx|python)\s+\d+\.\d+[\w.+-]*": r"\1 <VERSION>",
-    r"\d+(\.\d+)?\s?(s|ms|µs|us|sec|seconds|tok/s|tokens/s)\b": "<TIME>",
-    r"0x[0-9a-fA-F]+": "<ADDR>",
-    r"(device\s*[:=]\s*'?)(cpu|cuda|neuron|xla|mps)(:\d+)?": r"\1<DEVICE>",
-    r"device\(type='(cpu|cuda|neuron|xla|mps)'(, index=\d+)?\)": "device(<DEVICE>)",
+    # Memory addresses inside a repr: <function f at 0x7f...>, <Foo object at 0x...>.
+    r"(<[^<>\n]* at )0x[0-9a-fA-F]+>": r"\1<ADDR>>",
+    # Timings as the course prints them: a decimal number, a space, a time unit.
+    r"(?<![\w.])\d+\.\d+ (?:s|ms|µs|us|min)(?!\w)": "<TIME>",
+    # Throughputs: any number before a per-second rate unit.
+    r"(?<![\w.])\d+(?:\.\d+)? ?(?:tokens/s|tok/s|samples/s|steps/s|it/s)(?!\w)": "<RATE>",
+    # Device names after device: / device= (a device index included).
+    r"(?<![A-Za-z0-9])(device\s*[:=]\s*['\"]?)(?:cpu|cuda|neuron|xla|mps|xpu|hpu|npu)(?::\d+)?(?![\w])": r"\1<DEVICE>",
+    r"device\(type=['\"](?:cpu|cuda|neuron|xla|mps|xpu|hpu|npu)['\"](?:, index=\d+)?\)": "device(<DEVICE>)",
+    # Versions right after a package name: torch 2.13.0+cpu, transformers==5.24.0, python: 3.11.5.
+    r"(?<![\w.-])(python|Python|pytorch|torch|torchvision|torch-neuronx|torch_neuronx|neuronx-cc|"
+    r"transformers|accelerate|tokenizers|safetensors|datasets|numpy|nbval|trnlab)"
+    r"(\s*==\s*|\s*:\s*|\s+v?)\d+(?:\.\d+)+[\w.+-]*": r"\1\2<VERSION>",
 }
 
-#: The marker that makes nbval compare a cell's output under ``--nbval-lax``.
-CHECK_MARKER = "NBVAL_CHECK_OUTPUT"
+#: The characters ``tempfile.mkdtemp`` draws its 8 random name characters from.
+_MKDTEMP_RANDOM = r"[a-z0-9_]{8}"
 
 
-def notebook_problems(path: str | Path) -> list[str]:
+def machine_path_patterns(rootdir: str | os.PathLike | None = None) -> dict[str, str]:
+    """This machine's paths -> the way the course stores them (``<tmp>``, ``~``, repo-relative...).
+
+    Literal prefixes of this machine only, at a path boundary, longest first: two different
+    paths never compare equal, except for the random part of a ``tempfile.mkdtemp`` folder.
+    """
+    start, end = r"(?<![\w.+~-])", r"(?![\w.+-])"
+    prefixes: list[tuple[str, str]] = []
+    root = str(Path(rootdir).resolve()) if rootdir is not None else None
+    if root:
+        prefixes += [(root + "/", ""), (root, ".")]
+    in_root = root and (sys.prefix + "/").startswith(root + "/")
+    if sys.prefix != sys.base_prefix and not in_root:  # a virtual environment elsewhere
+        prefixes.append((sys.prefix, "<venv>"))
+    for tmp in {tempfile.gettempdir(), str(Path(tempfile.gettempdir()).resolve())}:
+        prefixes.append((tmp, "<tmp>"))
+    home = os.path.expanduser("~")
+    if home not in ("~", "/"):
+        prefixes.append((home, "~"))
+    patterns = {start + r"(?:/[\w.+~-]+)+/(?:site|dist)-packages" + end: "<site-packages>"}
+    for prefix, replacement in sorted(set(prefixes), key=lambda p: -len(p[0])):
+        patterns[start + re.escape(prefix) + ("" if prefix.endswith("/") else end)] = replacement
+    # tempfile.mkdtemp(prefix="run-") -> <tmp>/run-k3j_x9a2: 8 random characters after "tmp" (the
+    # default prefix) or after a prefix that ends in "-", "_" or ".".
+    patterns[r"(<tmp>/(?:tmp|[\w.+-]*[-_.]))" + _MKDTEMP_RANDOM + end] = r"\1<random>"
+    return patterns
+
+
+def course_patterns(rootdir: str | os.PathLike | None = None) -> dict[str, str]:
+    """Every pattern the plugin adds: :data:`SANITIZE_PATTERNS` after :func:`machine_path_patterns`."""
+    return {**machine_path_patterns(rootdir), **SANITIZE_PATTERNS}
+
+
+def sanitize(text: str, rootdir: str | os.PathLike | None = None) -> str:
+    """``text`` as nbval compares it with the course's patterns (for tests and debugging)."""
+    for regex, replacement in course_patterns(rootdir).items():
+        text = re.sub(regex, replacement, text)
+    return text
+
+
+# --- what nbval does with each cell -------------------------------------------------------
+
+def _source(cell) -> str:
+    source = cell.get("source", "")
+    return source if isinstance(source, str) else "".join(source)
+
+
+def cell_options(cell, strict: bool = False) -> dict[str, bool]:
+    """nbval's options for one code cell, read as nbval reads them.
+
+    Tags (``nbval-skip``, ``raises-exception``, ``nbval-check-output``, ``nbval-ignore-output``)
+    first, then comment markers (``# NBVAL_SKIP``...), which win; ``check`` defaults to
+    ``strict`` (``--nbval`` compares every cell, ``--nbval-lax`` only the marked ones).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nbval warns about conflicting markers itself
+        options = defaultdict(bool, find_metadata_tags(cell.get("metadata", {})))
+        options.update(dict(find_comment_markers(_source(cell))))
+    options.setdefault("check", strict)
+    return options
+
+
+def notebook_problems(path: str | Path, strict: bool = False, require_all_executed: bool = False) -> list[str]:
     """What is wrong with the committed notebook at ``path`` (empty list: nothing).
 
-    The checks of the ``trnlab rules`` item: every non-empty code cell executed, in order
-    from the top, no error output, and at least one cell marked ``# NBVAL_CHECK_OUTPUT``.
+    The checks of the ``trnlab rules`` item, under nbval's conventions (``strict``: ``--nbval``,
+    else ``--nbval-lax``); skipped cells are left out of every check:
+
+    * executed cells in order from the top, each once;
+    * no error output, except in cells marked ``raises-exception``;
+    * no cell nbval is told to compare (marker or tag) left unexecuted: nbval would skip it;
+    * at least one executed cell that nbval compares.
+
+    An unmarked unexecuted cell is nbval's "implicit skip of output check"; with
+    ``require_all_executed`` (the course's own notebooks) it is a problem too.
     """
     path = Path(path)
     try:
         notebook = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"cannot be read as a notebook ({exc})"]
-    cells = [c for c in notebook.get("cells", [])
-             if c.get("cell_type") == "code" and "".join(c.get("source", "")).strip()]
+    cells = []  # (number among code cells, as nbval counts them, cell, options)
+    for number, cell in enumerate(c for c in notebook.get("cells", []) if c.get("cell_type") == "code"):
+        options = cell_options(cell, strict)
+        if _source(cell).strip() and not options["skip"]:
+            cells.append((number, cell, options))
+    executed = [(n, c, o) for n, c, o in cells if c.get("execution_count") is not None]
     problems = []
-    unexecuted = [i for i, c in enumerate(cells) if c.get("execution_count") is None]
+    unexecuted = [n for n, c, o in cells if c.get("execution_count") is None
+                  and (require_all_executed or cell_options(c)["check"])]
     if unexecuted:
-        problems.append(f"{len(unexecuted)} code cell(s) never executed (the first is code cell "
-                        f"{unexecuted[0] + 1}): restart the kernel, run all cells, save")
-    counts = [c["execution_count"] for c in cells if c.get("execution_count") is not None]
+        what = "code cell(s)" if require_all_executed else "cell(s) marked for checking"
+        problems.append(f"{len(unexecuted)} {what} never executed (the first is Cell {unexecuted[0]}): "
+                        "restart the kernel, run all cells, save")
+    counts = [c["execution_count"] for n, c, o in executed]
     if counts != sorted(counts) or len(set(counts)) != len(counts):
         problems.append("cells were executed out of order: restart the kernel, run all cells, save")
-    errors = [(i, o.get("ename", "error")) for i, c in enumerate(cells)
-              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [(n, out.get("ename", "error")) for n, c, o in cells if not o["check_exception"]
+              for out in c.get("outputs", []) if out.get("output_type") == "error"]
     if errors:
-        problems.append(f"code cell {errors[0][0] + 1} holds an error output ({errors[0][1]}): fix it, "
-                        "re-run the notebook, save")
-    if cells and not any(CHECK_MARKER in "".join(c.get("source", "")) for c in cells):
-        problems.append(f"no cell is marked '# {CHECK_MARKER}', so nbval --nbval-lax compares nothing in "
-                        "it: mark the cells whose output is deterministic")
+        problems.append(f"Cell {errors[0][0]} holds an error output ({errors[0][1]}): fix it, re-run the "
+                        "notebook, save (or mark the cell '# NBVAL_RAISES_EXCEPTION' if the error is the point)")
+    if cells and not any(o["check"] for n, c, o in executed):
+        if strict:
+            problems.append("every executed cell is marked '# NBVAL_IGNORE_OUTPUT' (or skipped), so nbval "
+                            "--nbval compares nothing in it: unmark the cells whose output is deterministic")
+        else:
+            problems.append("no executed cell is marked '# NBVAL_CHECK_OUTPUT' (or tagged 'nbval-check-output'), "
+                            "so nbval --nbval-lax compares nothing in it: mark the cells whose output is "
+                            "deterministic")
     return problems
+
+
+def _strict(config) -> bool:
+    """Whether nbval compares every cell (``--nbval``; ``--nbval-lax`` wins, as in nbval)."""
+    return bool(getattr(config.option, "nbval", False)) and not getattr(config.option, "nbval_lax", False)
 
 
 class NotebookRulesItem(pytest.Item):
     """One test per notebook: the course's rules for a committed notebook (:func:`notebook_problems`)."""
 
     def runtest(self):
-        problems = notebook_problems(self.path)
+        problems = notebook_problems(self.path, strict=_strict(self.config))
         if problems:
             raise NotebookRulesError(problems)
 
@@ -118,22 +237,65 @@ def _is_notebook_collector(node) -> bool:
     return isinstance(node, IPyNbFile) and hasattr(node, "skip_compare")
 
 
+# --- --notebook-env -------------------------------------------------------------------------
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+NOTEBOOK_ENV_HELP = (
+    "run every notebook once more, its kernel started with these variables set: "
+    "'NAME=VALUE', several separated by spaces (quote the whole value), e.g. "
+    "--notebook-env TRNLAB_DTYPE=bfloat16 or --notebook-env 'TRNLAB_DTYPE=bfloat16 "
+    "NEURON_RT_VISIBLE_CORES=0,1'; repeat the option for more runs")
+
+
 def parse_notebook_env(spec: str) -> dict[str, str]:
-    """``"A=1,B=x"`` -> ``{"A": "1", "B": "x"}``: the variables of one ``--notebook-env`` run."""
-    env = {}
-    for part in spec.split(","):
-        name, sep, value = part.strip().partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise pytest.UsageError(f"--notebook-env {spec!r}: write NAME=VALUE, several joined by commas, "
-                                    "e.g. --notebook-env TRNLAB_DTYPE=bfloat16")
-        env[name] = value
+    """The variables of one ``--notebook-env`` run: ``"A=1 B=0,1"`` -> ``{"A": "1", "B": "0,1"}``.
+
+    Variables are separated by spaces (shell quoting keeps a space in a value: ``"A='x y'"``).
+    A comma stays in the value (``NEURON_RT_VISIBLE_CORES=0,1``) unless another ``NAME=``
+    follows it: ``A=1,B=2`` is two variables, as in trnlab 0.1. Raises :class:`pytest.UsageError`.
+    """
+    usage = ("write NAME=VALUE, several separated by spaces, e.g. --notebook-env TRNLAB_DTYPE=bfloat16 or "
+             "--notebook-env 'TRNLAB_DTYPE=bfloat16 NEURON_RT_VISIBLE_CORES=0,1'; repeat the option for "
+             "another run")
+    try:
+        words = shlex.split(spec)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--notebook-env {spec!r}: {exc}: {usage}") from None
+    if not words:
+        raise pytest.UsageError(f"--notebook-env {spec!r} names no variable: {usage}")
+    env: dict[str, str] = {}
+    for word in words:
+        for part in re.split(rf",(?={_NAME}=)", word):
+            name, sep, value = part.partition("=")
+            if not sep or not re.fullmatch(_NAME, name):
+                raise pytest.UsageError(f"--notebook-env {spec!r}: {part!r} is not NAME=VALUE: {usage}")
+            if name in env:
+                raise pytest.UsageError(f"--notebook-env {spec!r} sets {name} twice: keep one, or repeat "
+                                        "--notebook-env for another run")
+            env[name] = value
     return env
+
+
+def notebook_env_runs(specs: list[str]) -> list[dict[str, str]]:
+    """The extra runs asked for by each ``--notebook-env`` (:func:`parse_notebook_env`); no run twice."""
+    runs = []
+    for spec in specs:
+        env = parse_notebook_env(spec)
+        if env in runs:
+            raise pytest.UsageError(f"--notebook-env {spec!r} asks for the same run twice: give it once")
+        runs.append(env)
+    return runs
+
+
+def run_label(env: dict[str, str]) -> str:
+    """``{"A": "1", "B": "2"}`` -> ``"A=1 B=2"``: the bracketed part of a run's test file name."""
+    return " ".join(f"{name}={value}" for name, value in env.items())
 
 
 def names_in_code(path: str | Path, names) -> set[str]:
     """Which of ``names`` (environment variables) a notebook's code cells mention."""
     cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
-    code = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    code = "\n".join(_source(c) for c in cells if c.get("cell_type") == "code")
     return {name for name in names if re.search(rf"\b{re.escape(name)}\b", code)}
 
 
@@ -179,34 +341,110 @@ class NotebookWithEnv(IPyNbFile):
             super().setup()
 
 
+# --- bundled-model cells ----------------------------------------------------------------------
+
+def other_model(notebook) -> str | None:
+    """The model a notebook run uses when it is not the bundled one (``None``: the bundled one).
+
+    ``TRNLAB_MODEL`` from the run's ``--notebook-env``, else from this environment; a relative
+    folder is read from the notebook's folder, as its kernel (started there) reads it.
+    """
+    env = getattr(notebook, "env", {})
+    value = env[MODEL_ENV_VAR] if MODEL_ENV_VAR in env else os.environ.get(MODEL_ENV_VAR)
+    if not value:
+        return None
+    folder = Path(value).expanduser()
+    if not folder.is_absolute():
+        folder = Path(notebook.path).parent / folder
+    return None if folder.resolve() == BUNDLED_MODEL_DIR.resolve() else value
+
+
+UNCHECKED_KEY = "trnlab_unchecked"
+
+
+def _uncheck_bundled_model_cells(items) -> None:
+    """Run the ``bundled-model`` cells of runs with another model unchecked, and mark them so."""
+    models = {}
+    for item in items:
+        notebook = item.parent
+        options = getattr(item, "options", None)
+        if not _is_notebook_collector(notebook) or options is None or not options.get("check"):
+            continue
+        if BUNDLED_MODEL_TAG not in (item.cell.get("metadata", {}).get("tags") or []):
+            continue
+        if notebook not in models:
+            models[notebook] = other_model(notebook)
+        if models[notebook] is not None:
+            options["check"] = False
+            item.user_properties.append((UNCHECKED_KEY, f"{MODEL_ENV_VAR}={models[notebook]} is not the bundled model"))
+
+
+class UncheckedCellsReport:
+    """Counts, from the test reports (so also under pytest-xdist), the cells run unchecked."""
+
+    def __init__(self):
+        self.unchecked: dict[str, list[str]] = {}  # run (test file) -> reasons, one per cell
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        for key, reason in getattr(report, "user_properties", ()):
+            if key == UNCHECKED_KEY:
+                self.unchecked.setdefault(report.nodeid.split("::")[0], []).append(reason)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.unchecked:
+            return
+        terminalreporter.section("trnlab: checked cells run unchecked")
+        for run, reasons in self.unchecked.items():
+            terminalreporter.write_line(f"{run}: {len(reasons)} checked cell(s) tagged '{BUNDLED_MODEL_TAG}' ran "
+                                        f"unchecked ({reasons[0]}; their stored output is the bundled model's)")
+
+
+# --- hooks -------------------------------------------------------------------------------------
+
+def _nbval_active(config) -> bool:
+    return bool(getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False))
+
+
 def pytest_addoption(parser):
-    parser.getgroup("trnlab").addoption(
-        "--notebook-env", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
-        help="run every notebook once more with these variables in its kernel's environment, e.g. "
-             "TRNLAB_DTYPE=bfloat16 (repeat for more runs)")
+    group = parser.getgroup("trnlab")
+    group.addoption("--notebook-env", action="append", default=[], metavar="'NAME=VALUE [NAME=VALUE ...]'",
+                    help=NOTEBOOK_ENV_HELP)
+    group.addoption("--trnlab-no-sanitize", action="store_true", default=False,
+                    help="compare outputs without the course's sanitizing patterns (your own "
+                         "--nbval-sanitize-with patterns still apply)")
+    group.addoption("--trnlab-rules", action="store_true", default=False,
+                    help="add a '<notebook>::trnlab rules' item per notebook, failing on cells run out of "
+                         "order, stored errors, marked cells never executed, or nothing compared: stricter "
+                         "than nbval, so off by default (the course's make test turns it on)")
+
+
+def pytest_configure(config):
+    option = config.option
+    specs = getattr(option, "notebook_env", None) or []
+    if specs and not _nbval_active(config):
+        raise pytest.UsageError("--notebook-env runs notebooks once more under nbval: add --nbval-lax (or --nbval)")
+    config._trnlab_runs = notebook_env_runs(specs)  # a usage error here, before collection
+    if _nbval_active(config):
+        config.pluginmanager.register(UncheckedCellsReport(), "trnlab-unchecked-cells")
+        if not getattr(option, "nbval_kernel_name", None) and not getattr(option, "current_env", False):
+            option.nbval_current_env = True
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collect_file(file_path, parent):
     outcome = yield
-    specs = parent.config.getoption("notebook_env", default=[])
+    runs = getattr(parent.config, "_trnlab_runs", [])
     notebooks = [node for node in outcome.get_result() if _is_notebook_collector(node)]
-    if not specs or not notebooks:
+    if not runs or not notebooks:
         return
-    runs = []
-    for spec in specs:
-        env = parse_notebook_env(spec)
-        label = ",".join(f"{name}={value}" for name, value in env.items())
-        runs.append(NotebookWithEnv.from_parent(parent, path=file_path, name=f"{file_path.name}[{label}]",
-                                                nodeid=f"{notebooks[0].nodeid}[{label}]", env=env))
-    outcome.force_result(outcome.get_result() + runs)
-
-
-def pytest_configure(config):
-    option = config.option
-    if (getattr(option, "nbval", False) or getattr(option, "nbval_lax", False)) \
-            and not getattr(option, "nbval_kernel_name", None) and not getattr(option, "current_env", False):
-        option.nbval_current_env = True
+    extra = []
+    for env in runs:
+        label = run_label(env)
+        extra.append(NotebookWithEnv.from_parent(parent, path=file_path, name=f"{file_path.name}[{label}]",
+                                                 nodeid=f"{notebooks[0].nodeid}[{label}]", env=env))
+    outcome.force_result(outcome.get_result() + extra)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -217,6 +455,9 @@ def pytest_collection_modifyitems(session, config, items):
             notebooks.append(notebook)
             if "stderr" not in notebook.skip_compare:
                 notebook.skip_compare = notebook.skip_compare + ("stderr",)
+    _uncheck_bundled_model_cells(items)
+    if not config.getoption("trnlab_rules", default=False):
+        return  # opt-in: the rules are stricter than nbval, which accepts such notebooks
     for notebook in notebooks:
         if isinstance(notebook, NotebookWithEnv):
             continue  # the committed file is checked once, by its plain run
@@ -230,13 +471,8 @@ def pytest_runtest_setup(item):
     notebook = item.parent
     if _is_notebook_collector(notebook) and getattr(notebook, "sanitize_patterns", None) is not None \
             and not getattr(notebook, "_trnlab_sanitized", False):
-        for regex, replacement in SANITIZE_PATTERNS.items():
-            notebook.sanitize_patterns.setdefault(regex, replacement)
+        if not item.config.getoption("trnlab_no_sanitize", default=False):
+            # After the user's own --nbval-sanitize-with patterns (nbval loaded them in setup).
+            for regex, replacement in course_patterns(item.config.rootpath).items():
+                notebook.sanitize_patterns.setdefault(regex, replacement)
         notebook._trnlab_sanitized = True
-
-
-def sanitize(text: str) -> str:
-    """``text`` with :data:`SANITIZE_PATTERNS` applied, as nbval compares it (for tests and debugging)."""
-    for regex, replacement in SANITIZE_PATTERNS.items():
-        text = re.sub(regex, replacement, text)
-    return text

@@ -328,14 +328,30 @@ def _bundled_model(device_map=None):
 
 
 def claim_neuron_device(cores: int = 4) -> SimulatedDecision:
-    """Claim 1: ``torch.neuron.is_available(), torch.neuron.device_count()`` print ``True 4``."""
+    """Claim 1: what the page's ``print(torch.neuron.is_available(), torch.neuron.device_count())`` prints
+    on a simulated trn2.3xlarge, and what PyTorch and trnlab make of that device.
+
+    The count is an input, not a finding: the simulation is told ``cores`` (4 logical NeuronCores,
+    one Trainium2 chip at the default LNC=2). What is decided is everything built on it: the page's
+    line printed as it would print, ``torch.accelerator`` (PyTorch's own code) reporting a ``neuron``
+    accelerator through the registered module, and :func:`trnlab.pick_device` choosing ``neuron:0``.
+    """
+    import io
+
+    from trnlab.device import pick_device
+
     with simulate_neuron(cores, notice=False):
-        available, count = torch.neuron.is_available(), torch.neuron.device_count()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            print(torch.neuron.is_available(), torch.neuron.device_count())  # the page's line, as written
         accelerator = torch.accelerator.current_accelerator()
-        values = {"is_available": available, "device_count": count,
-                  "accelerator": str(accelerator), "accelerator_count": torch.accelerator.device_count()}
-    return SimulatedDecision(1, "torch.neuron.is_available(), torch.neuron.device_count()",
-                             f"{available} {count}", values)
+        values = {"printed": printed.getvalue().strip(), "cores_given": cores, "accelerator": str(accelerator),
+                  "accelerator_count": torch.accelerator.device_count(),
+                  "pick_device": str(pick_device("auto", verbose=False))}
+    answer = (f"prints {values['printed']!r} (the {cores} cores are the simulation's input, not detected); "
+              f"torch.accelerator.current_accelerator() -> {values['accelerator']}, device_count() -> "
+              f"{values['accelerator_count']}; trnlab.pick_device() -> {values['pick_device']}")
+    return SimulatedDecision(1, "print(torch.neuron.is_available(), torch.neuron.device_count())", answer, values)
 
 
 def claim_device_map_auto() -> SimulatedDecision:

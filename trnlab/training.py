@@ -1,18 +1,23 @@
-"""Fine-tune with ``Trainer`` the way the page teaches, and watch what gets compiled.
+"""What surrounds ``TrainingArguments`` and ``Trainer`` when you train the way the page teaches.
 
 The page's training claims (facts file, 7 to 9): ``TrainingArguments`` finds the Neuron
 device and every Trainium generation computes in bf16; ``torch_compile=True`` wraps the model
 in ``torch.compile`` with the backend set to ``"neuron"`` automatically; every new input shape
 compiles a new graph, so pad to a fixed length and drop the last, short batch.
 
-* :func:`training_arguments` builds those ``TrainingArguments`` and says what it chose.
-* :func:`make_trainer` builds the ``Trainer``; off Trainium it compiles with ``dynamic=False``
-  like ``Trainer`` does on Neuron, so a CPU run recompiles on every new shape as Trainium does.
-* :class:`TrainingRecorder` records loss, step time, batch shape and graphs compiled per step.
-* :class:`LiveLossPlot` redraws the loss curve in place while a notebook trains.
-* :class:`StopAtStep` and :func:`last_checkpoint` interrupt and resume a run.
+The page's calls, ``TrainingArguments(output_dir=..., bf16=..., torch_compile=True,
+dataloader_drop_last=True, ...)`` and ``Trainer(...).train()``, are written out by the caller
+(notebook 04, ``python -m trnlab bench train``). This module supplies what goes around them:
 
-Notebook 04 and ``python -m trnlab bench train`` use this module.
+* :func:`precision_choice`: whether to pass ``bf16=True`` on a device, and why;
+* :func:`static_shape_compiles`: a ``Trainer`` built inside compiles with ``dynamic=False`` on
+  any device, as ``Trainer`` does on Neuron; :func:`compile_settings` shows what it will pass;
+* :class:`TrainingRecorder`: loss, step time, batch shape and graphs compiled, per step;
+* :class:`LiveLossPlot`: the loss curve, redrawn in place while a notebook trains;
+* :class:`StopAtStep` and :func:`last_checkpoint`: interrupt a run and resume it.
+
+``training_arguments``, ``make_trainer`` and ``train_strategy`` hid the page's calls: they are
+deprecated (they warn, saying what to write, and keep working until trnlab 0.3).
 """
 
 from __future__ import annotations
@@ -29,9 +34,32 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from trnlab import compat
-from trnlab.compile_tracking import (CompileTracker, compile_backend as pick_compile_backend, forget_compiled_graphs,
-                                     fresh_neff_cache)
+from trnlab.compile_tracking import CompileTracker, compile_backend as pick_compile_backend, forget_compiled_graphs
 from trnlab.device import bf16_supported
+
+
+def _deprecated(old: str, write: str) -> None:
+    import warnings
+
+    warnings.warn(f"trnlab.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
+                  FutureWarning, stacklevel=3)
+
+
+#: Names that moved out of this module: ``{old name: (module, new name)}``, still served with a warning.
+_MOVED = {"format_table": ("trnlab.plots", "format_table")}
+
+
+def __getattr__(name: str):
+    # PEP 562: `trnlab.training.format_table` keeps working for one release, with a FutureWarning.
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        module, new = _MOVED[name]
+        warnings.warn(f"trnlab.training.{name} is deprecated and will be removed in trnlab 0.3: it moved, "
+                      f"write {module}.{new} (or trnlab.{new}) instead", FutureWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), new)
+    raise AttributeError(f"module 'trnlab.training' has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,23 +80,35 @@ def precision_choice(device: torch.device | str) -> tuple[bool, str]:
     return False, f"bf16=False: this {backend} device has no native bfloat16."
 
 
+_ARGUMENTS_INSTEAD = (
+    'TrainingArguments(output_dir=..., bf16=bf16, torch_compile=True, dataloader_drop_last=True, '
+    'use_cpu=device.type == "cpu", max_steps=..., per_device_train_batch_size=..., logging_steps=1, '
+    'report_to="none") with `bf16, reason = trnlab.training.precision_choice(device)` '
+    '(see notebook 04)')
+
+
 def training_arguments(output_dir: str | os.PathLike, device: torch.device | str, *,
                        max_steps: int, batch_size: int = 8, learning_rate: float = 1e-3,
                        compile_backend: str | None = None, seed: int = 0,
                        save_steps: int | None = None, verbose: bool = True,
                        **overrides) -> TrainingArguments:
-    """``TrainingArguments`` as the page teaches them, for ``device``.
+    """Deprecated: write ``TrainingArguments(...)`` yourself (notebook 04 shows the page's call).
 
-    * ``bf16`` where the device computes it natively (always on Neuron), see :func:`precision_choice`;
-    * ``torch_compile=True`` with ``torch_compile_backend=compile_backend``: ``None`` lets
-      Transformers pick (``"neuron"`` on Trainium, ``"inductor"`` elsewhere); another backend
-      on Neuron raises (see :func:`trnlab.compile_backend`);
-    * ``dataloader_drop_last=True``, so the last short batch cannot make a new shape;
-    * ``use_cpu=True`` on CPU; loss logged every step; a checkpoint every ``save_steps`` steps
-      (none if ``None``); non-pad tokens counted in ``state.num_input_tokens_seen``.
-
-    ``overrides`` go to ``TrainingArguments`` last. With ``verbose`` it prints what it chose.
+    Builds ``TrainingArguments`` with ``bf16`` from :func:`precision_choice`,
+    ``torch_compile=True`` (backend ``compile_backend``, ``None``: Transformers' pick),
+    ``dataloader_drop_last=True``, ``use_cpu`` on CPU, a constant learning rate, the loss
+    logged every step and a checkpoint every ``save_steps`` steps; ``overrides`` go last.
     """
+    _deprecated("training_arguments", _ARGUMENTS_INSTEAD)
+    return _page_arguments(output_dir, device, max_steps=max_steps, batch_size=batch_size,
+                           learning_rate=learning_rate, compile_backend=compile_backend, seed=seed,
+                           save_steps=save_steps, verbose=verbose, **overrides)
+
+
+def _page_arguments(output_dir, device, *, max_steps: int, batch_size: int = 8, learning_rate: float = 1e-3,
+                    compile_backend: str | None = None, seed: int = 0, save_steps: int | None = None,
+                    verbose: bool = False, **overrides) -> TrainingArguments:
+    # What the deprecated training_arguments() builds (kept for its callers until trnlab 0.3).
     device = torch.device(device)
     bf16, reason = precision_choice(device)
     if compile_backend is not None:
@@ -142,26 +182,48 @@ def _env(name: str, value: str | None):
             os.environ[name] = old
 
 
+#: Accelerate's variable for ``torch.compile(dynamic=...)`` when nothing else sets it.
+STATIC_SHAPES_ENV_VAR = compat.ACCELERATE_DYNAMIC_ENV_VAR
+
+
+@contextlib.contextmanager
+def static_shape_compiles():
+    """Inside the block, a ``Trainer`` built compiles with ``dynamic=False`` on any device, as on Neuron.
+
+    On Neuron, ``Trainer`` passes ``dynamic=False`` to ``torch.compile`` itself (the Neuron
+    backend rejects dynamic shapes), so every new shape compiles a new graph. Elsewhere it
+    passes ``dynamic=None`` and Accelerate reads ``ACCELERATE_DYNAMO_USE_DYNAMIC``; unset, dynamo
+    makes a changing length symbolic after the second shape and hides the recompiles Trainium
+    does. The block sets that variable to ``false`` (restored after). A notebook sets it for
+    its whole process in one visible line instead (notebook 04).
+    """
+    with _env(STATIC_SHAPES_ENV_VAR, "false"):
+        yield
+
+
 def make_trainer(model, args: TrainingArguments, train_dataset, data_collator, *,
                  callbacks: Sequence[TrainerCallback] = (), static_shapes: bool = True,
                  **trainer_kwargs) -> Trainer:
-    """A ``Trainer`` for ``model``; with ``static_shapes`` it compiles with ``dynamic=False``.
+    """Deprecated: write ``Trainer(...)`` yourself (notebook 04 shows how).
 
-    On Neuron, ``Trainer`` already passes ``dynamic=False`` to ``torch.compile`` (the Neuron
-    backend rejects dynamic shapes), so every new shape compiles a new graph. Elsewhere it
-    passes ``dynamic=None``, and dynamo would turn a changing length into a symbolic one after
-    the second shape, hiding the recompiles Trainium does. ``static_shapes=True`` sets
-    accelerate's ``ACCELERATE_DYNAMO_USE_DYNAMIC=false`` while the Trainer is built, so every
-    device compiles the way Trainium does. A :class:`TrainingRecorder` in ``callbacks`` also
-    sees every batch the collator builds (and, with ``disable_tqdm``, replaces the printing of
-    every log line); with a :class:`LiveLossPlot`, the notebook progress bar loses its table
-    of losses, which the plot shows. Build new ``TrainingArguments`` for each Trainer: they
-    set up the shared Accelerate state the Trainer reads.
+    Builds the ``Trainer`` (inside :func:`static_shape_compiles` when ``static_shapes``), routes
+    the collator through a :class:`TrainingRecorder` in ``callbacks``, and keeps the printing of
+    every log line (``disable_tqdm``) and the notebook table of losses (with a
+    :class:`LiveLossPlot`) out of the output.
     """
+    _deprecated("make_trainer",
+                'os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "false" (static shapes off Trainium), then '
+                "Trainer(model=model, args=args, train_dataset=dataset, data_collator=recorder.watch(collator), "
+                "callbacks=[recorder, ...]) and trainer.remove_callback(transformers.PrinterCallback)")
+    return _build_trainer(model, args, train_dataset, data_collator, callbacks=callbacks,
+                          static_shapes=static_shapes, **trainer_kwargs)
+
+
+def _build_trainer(model, args, train_dataset, data_collator, *, callbacks=(), static_shapes=True, **trainer_kwargs):
     for callback in callbacks:
         if isinstance(callback, TrainingRecorder):
             data_collator = callback.watch(data_collator)
-    with _env(compat.ACCELERATE_DYNAMIC_ENV_VAR, "false" if static_shapes and args.torch_compile else None):
+    with _env(STATIC_SHAPES_ENV_VAR, "false" if static_shapes and args.torch_compile else None):
         trainer = Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=data_collator,
                           callbacks=list(callbacks), **trainer_kwargs)
     if args.disable_tqdm and any(isinstance(c, TrainingRecorder) for c in callbacks):
@@ -241,10 +303,12 @@ class TrainingRecorder(TrainerCallback):
 
     Graphs are counted with :class:`~trnlab.compile_tracking.CompileTracker` from the start of
     ``train()``. *Warm-up* is the first ``warmup_steps`` optimizer steps (default 1: the first
-    step traces and compiles the forward, AOTAutograd the backward with it; the optimizer
-    step runs eager). :attr:`graphs_after_warmup` counts graphs compiled after it: 0 for a
-    static-shape run, one per new shape with dynamic padding. Pass it to :func:`make_trainer`,
-    which routes the collator through it so each step also knows its batch shape.
+    step captures and compiles the forward; the optimizer step runs eager). With dynamo's
+    ``eager`` backend the backward is ordinary autograd; backends built on AOTAutograd
+    (``aot_eager``, ``inductor``) compile a backward graph too. :attr:`graphs_after_warmup`
+    counts graphs compiled after warm-up: 0 for a static-shape run, one per new shape with
+    dynamic padding. Pass it in ``callbacks`` and the collator as
+    ``data_collator=recorder.watch(collator)``, so each step also knows its batch shape.
     """
 
     warmup_steps: int = 1
@@ -255,7 +319,7 @@ class TrainingRecorder(TrainerCallback):
     _graphs_at_step_start: int = 0
 
     def watch(self, collator):
-        """Wrap ``collator`` so this recorder sees every batch it builds (``make_trainer`` does it)."""
+        """``collator``, wrapped so this recorder sees the shape and real tokens of every batch it builds."""
         return collator if isinstance(collator, _WatchedCollator) else _WatchedCollator(collator, self)
 
     # -- TrainerCallback hooks
@@ -343,9 +407,9 @@ class TrainingRecorder(TrainerCallback):
     def compiling_step_seconds(self) -> float:
         """Wall seconds of the steps that compiled a graph.
 
-        Dynamo's compile time (``compile_seconds``) covers tracing and compiling the forward;
-        the backward graph is compiled inside the first backward call, so only the time of
-        the compiling steps shows the whole cost.
+        Dynamo's compile time (``compile_seconds``) covers capturing the forward and handing it
+        to the backend; the rest of a compiling step (its first backward, the optimizer step,
+        and a backward graph an AOTAutograd-based backend compiles lazily) is in this figure.
         """
         return sum(s.seconds for s in self.steps if s.new_graphs)
 
@@ -407,7 +471,7 @@ def last_checkpoint(output_dir: str | os.PathLike) -> str:
     if found is None:
         raise FileNotFoundError(
             f"no checkpoint-N folder in {output_dir}: train with save_steps set "
-            "(trnlab.training.training_arguments(..., save_steps=N)) so there is one to resume from")
+            '(TrainingArguments(..., save_strategy="steps", save_steps=N)) so there is one to resume from')
     return found
 
 
@@ -506,29 +570,30 @@ def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output
                    compile_backend: str | None = None, seed: int = 0, callbacks: Sequence[TrainerCallback] = (),
                    cold_start: bool = True, resume_from_checkpoint: str | None = None, verbose: bool = False,
                    **argument_overrides):
-    """Fine-tune ``model`` on ``texts`` shaped by ``strategy``; return ``(trainer, recorder)``.
+    """Deprecated: write ``strategy_dataset``, ``TrainingArguments`` and ``Trainer`` yourself (notebook 04).
 
-    ``strategy`` is one of :data:`trnlab.data.STRATEGIES`; rows are at most ``length`` tokens
-    (checked against ``model.config.max_position_embeddings``). The Trainer is built by
-    :func:`make_trainer` (static shapes) with a :class:`TrainingRecorder`, whose
-    :meth:`~TrainingRecorder.summary` gives the figures of notebook 04's table. With
-    ``cold_start`` every compiled graph is forgotten first (:func:`trnlab.forget_compiled_graphs`),
-    and on Neuron it trains into an empty NEFF cache (:func:`trnlab.fresh_neff_cache`). The same
-    call with ``resume_from_checkpoint`` (see :func:`last_checkpoint`) resumes a run it started.
-    Extra keyword arguments go to :func:`training_arguments` (e.g. ``save_steps``, ``disable_tqdm``).
+    Shapes ``texts`` with :func:`trnlab.data.strategy_dataset` and fine-tunes ``model`` on them;
+    returns ``(trainer, recorder)``.
+
+    With ``cold_start`` the graphs compiled in this process are forgotten first
+    (:func:`trnlab.forget_compiled_graphs`); on Trainium the NEFF cache on disk stays warm, so
+    neuronx-cc is not run again for a graph it compiled before.
     """
+    _deprecated("train_strategy",
+                "dataset, collator = trnlab.data.strategy_dataset(strategy, tokenizer, texts, length), then "
+                "TrainingArguments(output_dir=..., bf16=..., torch_compile=True, dataloader_drop_last=True, ...) "
+                "and Trainer(model=model, args=args, train_dataset=dataset, "
+                "data_collator=recorder.watch(collator), callbacks=[recorder]).train() (see notebook 04)")
     from trnlab.data import strategy_dataset
 
     max_positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     dataset, collator = strategy_dataset(strategy, tokenizer, texts, length, max_positions=max_positions)
-    args = training_arguments(output_dir, device, max_steps=max_steps, batch_size=batch_size,
-                              learning_rate=learning_rate, compile_backend=compile_backend, seed=seed,
-                              verbose=verbose, **argument_overrides)
+    args = _page_arguments(output_dir, device, max_steps=max_steps, batch_size=batch_size,
+                           learning_rate=learning_rate, compile_backend=compile_backend, seed=seed,
+                           verbose=verbose, **argument_overrides)
     recorder = TrainingRecorder()
     if cold_start:
         forget_compiled_graphs()
-    trainer = make_trainer(model, args, dataset, collator, callbacks=[recorder, *callbacks])
-    # On Neuron a cold start also means an empty NEFF cache, or the disk cache hides the compile time.
-    with fresh_neff_cache(cold_start and torch.device(device).type == "neuron"):
-        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    trainer = _build_trainer(model, args, dataset, collator, callbacks=[recorder, *callbacks])
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return trainer, recorder

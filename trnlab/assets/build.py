@@ -2,7 +2,9 @@
 
 ``python -m trnlab.assets build`` writes ``trnlab/assets/tiny-qwen3/`` (the files the
 package ships); ``--quick`` makes a smaller, shorter build that the tests run so the
-recipe cannot rot. The model is the real ``Qwen3ForCausalLM`` class, saved with
+recipe cannot rot. ``--other --output DIR`` writes, in seconds, *another* small Qwen3
+(:data:`OTHER`: other sizes, briefly trained, the bundled tokenizer) for running the course
+with ``TRNLAB_MODEL=DIR``, as a learner would with ``Qwen/Qwen3-0.6B``. The model is the real ``Qwen3ForCausalLM`` class, saved with
 ``save_pretrained`` as safetensors, so ``from_pretrained`` loads it like any hub model.
 """
 
@@ -41,6 +43,8 @@ class BuildRecipe:
     steps: int
     learning_rate: float
     seed: int = 0
+    #: Train no tokenizer: reuse the bundled model's (``OTHER``: the course's prompts stay valid).
+    bundled_tokenizer: bool = False
 
 
 FULL = BuildRecipe(documents=6000, vocab_size=1024, hidden_size=192, intermediate_size=512,
@@ -49,6 +53,11 @@ FULL = BuildRecipe(documents=6000, vocab_size=1024, hidden_size=192, intermediat
 QUICK = BuildRecipe(documents=300, vocab_size=400, hidden_size=64, intermediate_size=128,
                     layers=2, heads=4, kv_heads=2, head_dim=16, block_length=64,
                     batch_size=8, steps=30, learning_rate=3e-3)
+#: Another model for the course: sizes unlike the bundled one; heads (8), KV heads (4) and the
+#: MLP (384) divide by 2 and 4, so notebook 05's tp=2 x fsdp=2 mesh (and tp=4) shards it.
+OTHER = BuildRecipe(documents=400, vocab_size=0, hidden_size=128, intermediate_size=384,
+                    layers=3, heads=8, kv_heads=4, head_dim=16, block_length=64,
+                    batch_size=8, steps=40, learning_rate=3e-3, seed=1, bundled_tokenizer=True)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -89,7 +98,12 @@ def build(output_dir: Path = BUNDLED_MODEL_DIR, recipe: BuildRecipe = FULL, log=
     start = time.perf_counter()
     torch.manual_seed(recipe.seed)
     texts = generate_documents(recipe.documents, seed=recipe.seed)
-    tokenizer = train_tokenizer(texts, recipe.vocab_size)
+    if recipe.bundled_tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(BUNDLED_MODEL_DIR)
+    else:
+        tokenizer = train_tokenizer(texts, recipe.vocab_size)
     blocks = _packed_blocks(tokenizer, texts, recipe.block_length)
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=recipe.hidden_size,
@@ -134,15 +148,38 @@ def build(output_dir: Path = BUNDLED_MODEL_DIR, recipe: BuildRecipe = FULL, log=
     return output_dir
 
 
+MODEL_FILES = ("config.json", "model.safetensors")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trnlab.assets",
-                                     description="Build the course's tiny Qwen3 model.")
+                                     description="Build the course's tiny Qwen3 model, or another small one.")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="train the tokenizer and model and save them")
-    b.add_argument("--output", type=Path, default=BUNDLED_MODEL_DIR,
-                   help=f"where to save (default: the shipped copy, {BUNDLED_MODEL_DIR})")
-    b.add_argument("--quick", action="store_true", help="small, fast build (what the tests run)")
+    b.add_argument("--output", type=Path, default=None,
+                   help=f"where to save (default: the shipped copy, {BUNDLED_MODEL_DIR}; "
+                        "required with --quick and --other)")
+    kind = b.add_mutually_exclusive_group()
+    kind.add_argument("--quick", action="store_true", help="small, fast build (what the tests run)")
+    kind.add_argument("--other", action="store_true",
+                      help="another small Qwen3 in seconds (other sizes, the bundled tokenizer), to run "
+                           "the course with TRNLAB_MODEL=OUTPUT")
+    b.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
     args = parser.parse_args(argv)
+    recipe = OTHER if args.other else QUICK if args.quick else FULL
+    output = args.output
+    if output is None:
+        if recipe is not FULL:
+            parser.error(f"--{'other' if args.other else 'quick'} needs --output DIR: it never replaces the "
+                         f"shipped model in {BUNDLED_MODEL_DIR}")
+        output = BUNDLED_MODEL_DIR  # `make model`: rebuilding the shipped copy is the point
+    elif recipe is not FULL and output.resolve() == BUNDLED_MODEL_DIR.resolve():
+        parser.error(f"--output {output} is the shipped model: give another folder")
+    elif output.is_file():
+        parser.error(f"--output {output} is a file: give a folder")
+    elif any((output / name).exists() for name in MODEL_FILES) and not args.overwrite \
+            and output.resolve() != BUNDLED_MODEL_DIR.resolve():
+        parser.error(f"{output} already holds a model: pass --overwrite to replace it, or give another folder")
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    build(args.output, QUICK if args.quick else FULL)
+    build(output, recipe)
     return 0

@@ -198,8 +198,9 @@ def time_generation(model, inputs: dict, repeats: int = 3, label: str = "generat
     """Call ``model.generate(**inputs, **generate_kwargs)`` ``repeats`` times and time it.
 
     Returns the first call's seconds (it includes any compilation), the median of the
-    later calls, new tokens per second at that steady state, and the graphs compiled.
-    Notebook 03's eager-vs-compiled table is made of these rows.
+    later calls and their list (``steady_call_seconds``: their spread is the noise), new
+    tokens per second at that steady state, and the graphs compiled. Compare two rows with
+    :func:`timings_differ`. Notebook 03 times the page's call compiled and not with it.
     """
     new_tokens = 0
     with CompileTracker() as tracker:
@@ -212,4 +213,15 @@ def time_generation(model, inputs: dict, repeats: int = 3, label: str = "generat
     return {"label": label, "graphs": tracker.graphs, "compile_seconds": tracker.compile_seconds,
             "first_call_seconds": tracker.calls[0].seconds, "steady_seconds": steady,
             "steady_tokens_per_second": new_tokens / steady if steady else None,
-            "new_tokens": new_tokens}
+            "steady_call_seconds": later, "new_tokens": new_tokens}
+
+
+def timings_differ(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two sets of repeated timings are apart: every time of one below every time of the other.
+
+    Overlapping ranges mean the difference is within the noise of these repeats, not a result.
+    """
+    a, b = list(a), list(b)
+    if not a or not b:
+        raise ValueError("timings_differ needs at least one time on each side (time_generation with repeats >= 2)")
+    return max(a) < min(b) or max(b) < min(a)

@@ -11,7 +11,10 @@ corpus, 16 new tokens each, one request at a time) runs four ways:
 
 It writes the figures as JSON (graphs, distinct shapes, compile seconds, padding waste,
 steady-state tokens/s compiled vs eager, whether outputs are identical) and prints a
-table. Runs on any machine: on Trainium generate compiles with the ``neuron`` backend,
+table. The NEFF cache stays warm (graphs compiled by an earlier run are loaded, not
+compiled); for a cold run start it as ``TORCH_NEURONX_NEFF_DISABLE_CACHE=1 python -m trnlab
+bench generate`` (see :func:`trnlab.cold_neff_cache_env`). Runs on any machine: on Trainium
+generate compiles with the ``neuron`` backend,
 elsewhere with ``--backend`` (default ``inductor``, as :func:`trnlab.compile_backend` decides). ``--quick`` is a seconds-long
 version for the tests. Exit status 1 when bucketing changed an answer.
 """
@@ -73,7 +76,7 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
                   log=print) -> dict:
     """Run the four generations of the module docstring and return the report as a dict."""
     from trnlab import bench, buckets as bk
-    from trnlab.compile_tracking import compile_backend, forget_compiled_graphs, fresh_neff_cache
+    from trnlab.compile_tracking import compile_backend, forget_compiled_graphs
     from trnlab.device import package_versions, pick_device
     from trnlab.models import load_model, load_tokenizer
 
@@ -104,8 +107,7 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
 
     def run(name, **kwargs):
         start = time.perf_counter()
-        with fresh_neff_cache(device.type == "neuron" and name != "compiled_bucketed_steady"):
-            runs[name] = bench.run_generation_workload(model, prompts, new, label=name, **kwargs)
+        runs[name] = bench.run_generation_workload(model, prompts, new, label=name, **kwargs)
         log(f"  {name}: {runs[name].graphs} graph(s), {time.perf_counter() - start:.1f} s")
         return runs[name]
 
@@ -143,7 +145,7 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
         "compiled_at_least_as_fast_as_eager": bool(compiled_speed and eager_speed and compiled_speed >= eager_speed),
     }
     return {
-        "settings": settings | {"backend": backend},
+        "settings": settings | {"backend": backend, "neff_cache": neff_cache_state()},
         "device": str(device), "model": model.name_or_path, "versions": package_versions(),
         "torch_threads": torch.get_num_threads(),
         "workload": {"prompt_lengths": lengths, "distinct_lengths": len(set(lengths)),
@@ -155,6 +157,18 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
         "runs": summaries,
         "checks": checks,
     }
+
+
+def neff_cache_state() -> str:
+    """How TorchNeuron's NEFF cache is set for this process: warm by default, or turned off."""
+    import os
+
+    from trnlab.compile_tracking import NEFF_DISABLE_CACHE_VAR
+    from trnlab.device import DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR
+
+    if os.environ.get(NEFF_DISABLE_CACHE_VAR, "").lower() in ("1", "true", "yes"):
+        return f"off ({NEFF_DISABLE_CACHE_VAR}=1): every graph compiles cold"
+    return f"on, in {os.environ.get(NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE)}: graphs compiled before are loaded"
 
 
 def format_report(report: dict) -> str:

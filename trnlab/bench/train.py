@@ -2,7 +2,9 @@
 
 Fine-tunes the course model on the same seeded dataset (:func:`trnlab.data.training_texts`)
 once per strategy (dynamic padding, length buckets, fixed length, packing), each from the
-same weights and compiling from scratch (:func:`cold_compiles`), and writes one JSON file:
+same weights and compiling from scratch (:func:`cold_compiles`), with the page's calls
+(:func:`train_one`: ``TrainingArguments(..., torch_compile=True, dataloader_drop_last=True)``
+and ``Trainer(...).train()``), and writes one JSON file:
 
 * ``results``: per strategy, :meth:`trnlab.training.TrainingRecorder.summary` (graphs,
   graphs after the warm-up step, compile seconds, steady step time, padding waste, real
@@ -29,7 +31,7 @@ from pathlib import Path
 import torch
 
 from trnlab import compat, data, plots, training
-from trnlab.compile_tracking import compile_backend, recompile_limit as raised_recompile_limit
+from trnlab.compile_tracking import compile_backend, forget_compiled_graphs, recompile_limit as raised_recompile_limit
 from trnlab.device import package_versions, pick_device
 from trnlab.models import load_model, load_tokenizer, model_name
 
@@ -80,11 +82,43 @@ def parse_args(argv: list[str] | None):
 
 @contextlib.contextmanager
 def cold_compiles(recompile_limit: int):
-    """Compile every graph from scratch: no in-memory graph (``train_strategy`` forgets them) and
-    no on-disk cache hit from an earlier strategy or run (inductor's FX graph cache and the
-    AOTAutograd cache are off); dynamo's recompile limit set to ``recompile_limit``."""
+    """Compile every graph from scratch: no in-memory graph (forgotten on entry) and no on-disk
+    cache hit from an earlier strategy or run (inductor's FX graph cache and the AOTAutograd cache
+    are off); dynamo's recompile limit set to ``recompile_limit``. (On Trainium the NEFF cache
+    on disk stays warm: neuronx-cc does not rerun for a graph it compiled before.)"""
+    forget_compiled_graphs()
     with raised_recompile_limit(recompile_limit), compat.no_compile_caches():
         yield
+
+
+def train_one(strategy: str, model, tokenizer, texts, output_dir, device: torch.device, *, length: int,
+              steps: int, batch_size: int, learning_rate: float, backend: str | None, seed: int):
+    """Fine-tune ``model`` on ``texts`` shaped by ``strategy`` the page's way; ``(trainer, recorder)``.
+
+    ``backend=None`` leaves the choice to ``TrainingArguments`` (``"neuron"`` on Trainium,
+    ``"inductor"`` elsewhere); the Trainer compiles with static shapes on every device
+    (:func:`trnlab.training.static_shape_compiles`), as it does on Neuron.
+    """
+    from transformers import PrinterCallback, Trainer, TrainingArguments
+
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    dataset, collator = data.strategy_dataset(strategy, tokenizer, texts, length, max_positions=max_positions)
+    bf16, _ = training.precision_choice(device)
+    if backend == "neuron":
+        backend = None  # TrainingArguments picks "neuron" itself there (claim 8)
+    with training._quiet_transformers():  # no "speedups ... GPU Ampere" warning on CPU and Trainium
+        args = TrainingArguments(
+            output_dir=str(output_dir), bf16=bf16, torch_compile=True, torch_compile_backend=backend,
+            dataloader_drop_last=True, use_cpu=device.type == "cpu", max_steps=steps,
+            per_device_train_batch_size=batch_size, learning_rate=learning_rate, lr_scheduler_type="constant",
+            logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, seed=seed, data_seed=seed)
+    recorder = training.TrainingRecorder()
+    with training.static_shape_compiles():
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=recorder.watch(collator),
+                          callbacks=[recorder])
+    trainer.remove_callback(PrinterCallback)  # it prints every log line; the recorder keeps them
+    trainer.train()
+    return trainer, recorder
 
 
 def evaluate_targets(results: dict[str, dict]) -> dict[str, dict]:
@@ -133,10 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             model = load_model(args.model, device=device)
             start = time.perf_counter()
             with cold_compiles(args.recompile_limit):
-                trainer, recorder = training.train_strategy(
+                trainer, recorder = train_one(
                     strategy, model, tokenizer, texts, Path(scratch) / strategy, device, length=args.length,
-                    max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                    compile_backend=backend, seed=args.seed, disable_tqdm=True)
+                    steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                    backend=backend, seed=args.seed)
             results[strategy] = {**recorder.summary(), "wall_seconds": time.perf_counter() - start,
                                  "losses": recorder.losses, "step_shapes": [list(s.shape) for s in recorder.steps]}
             settings = {"torch_compile_backend": trainer.args.torch_compile_backend,
@@ -163,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
                         "torch_threads": torch.get_num_threads(),
                         "dynamo_recompile_limit": args.recompile_limit, **settings},
         "definitions": {
-            "warm-up": "the first optimizer step; it compiles the training graph (forward, and the backward "
-                       "through AOTAutograd); the optimizer step runs eager",
+            "warm-up": "the first optimizer step; it compiles the training graph (the forward; backends built "
+                       "on AOTAutograd, such as inductor, also compile its backward; with the eager backend "
+                       "the backward is ordinary autograd); the optimizer step runs eager",
             "graphs": "graphs dynamo compiled during training (torch._dynamo counters)",
-            "compile_seconds": "dynamo's compile time for the forward graphs (the backward compiles inside "
-                               "the first backward call: see compiling_step_seconds)",
+            "compile_seconds": "dynamo's compile time for the forward graphs (the first backward, and a "
+                               "backward graph a backend compiles lazily, are in compiling_step_seconds)",
             "real_tokens_per_second": "non-pad tokens per second over steps after warm-up that compiled nothing",
             "padding_waste": "fraction of pad positions in the batches trained on",
         },

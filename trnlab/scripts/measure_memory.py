@@ -6,14 +6,16 @@ Every rank loads its shard (``DistributedConfig(tp_size, fsdp_size)``, fp32), co
 its local parameter shards, trains one step (forward, backward, one AdamW step) on a random
 micro-batch of its own, then counts parameters, gradients and optimizer state again, and writes
 run/rank<N>.json. ``tests/test_distributed.py`` compares the numbers with
-:func:`trnlab.planning.plan_memory`; notebook 05 can show them next to the plan.
+:func:`trnlab.planning.plan_memory` (notebook 06 names that check).
 """
 import argparse
 import os
 
 import torch
 import torch.distributed as dist
+from transformers import AutoModelForCausalLM, DistributedConfig
 
+import trnlab
 from trnlab import distributed as td
 
 parser = argparse.ArgumentParser()
@@ -33,7 +35,12 @@ def local_bytes(tensor) -> int:
 
 
 td.quiet_rank_output()
-model = td.load_sharded_model(args.model, args.tp_size, args.fsdp_size)   # fp32, train mode
+# The page's call (claim 10): sharded at load time over the (fsdp, tp) mesh, fp32 as the plan assumes.
+model = AutoModelForCausalLM.from_pretrained(
+    trnlab.model_name(args.model),   # --model, else $TRNLAB_MODEL, else the bundled tiny Qwen3
+    dtype=torch.float32,
+    distributed_config=DistributedConfig(tp_size=args.tp_size, fsdp_size=args.fsdp_size),
+).train()
 position = td.mesh_position(model)
 params = list(model.parameters())          # tied weights once
 loaded = sum(local_bytes(p) for p in params)

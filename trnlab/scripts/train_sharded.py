@@ -1,8 +1,8 @@
-"""Train the course model sharded over a TP x FSDP mesh; run it with torchrun, one process per rank.
+"""Train the course model sharded over a TP x FSDP mesh (claim 10); torchrun runs it once per rank.
 
-    torchrun --nproc-per-node=4 train_sharded.py --out run/    # notebook 05: trnlab.launch(...)
+    torchrun --nproc_per_node=4 train_sharded.py --out run/    # notebook 05: trnlab.launch(...)
 
-Every rank loads its shard (claim 10), reports where its weights live, trains on its slice
+Every rank loads its shard, reports where its weights live, trains with Trainer on its slice
 of each batch, and writes run/rank<N>.json; together they save run/model, one ordinary
 checkpoint that loads in a single process.
 """
@@ -11,9 +11,10 @@ import os
 
 import torch
 import torch.distributed as dist
+from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, TrainingArguments
 
 import trnlab
-from trnlab import data, distributed as td
+from trnlab import compat, data, distributed as td
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -21,37 +22,65 @@ parser.add_argument("--model", default=os.environ.get("TRNLAB_MODEL"))
 parser.add_argument("--tp-size", type=int, default=2)
 parser.add_argument("--fsdp-size", type=int, default=2)
 parser.add_argument("--steps", type=int, default=8)
-parser.add_argument("--batch-size", type=int, default=8)      # global: each FSDP rank takes half
+parser.add_argument("--batch-size", type=int, default=8)      # global: each FSDP rank takes 1/fsdp_size
 parser.add_argument("--block-length", type=int, default=64)
 parser.add_argument("--lr", type=float, default=1e-3)
 args = parser.parse_args()
+name = trnlab.model_name(args.model)  # --model, else $TRNLAB_MODEL, else the bundled tiny Qwen3
 
 td.quiet_rank_output()
 torch.manual_seed(0)
-# 1. Load: from_pretrained(distributed_config=DistributedConfig(tp_size, fsdp_size)) shards at load time.
-model = td.load_sharded_model(args.model, args.tp_size, args.fsdp_size)
-tokenizer = trnlab.load_tokenizer(args.model)
+# 1. Load, sharded at load time: Transformers starts torch.distributed from torchrun's variables
+#    (gloo on CPU, neuron on Trainium), builds the (fsdp, tp) mesh, and each rank reads its shard.
+model = AutoModelForCausalLM.from_pretrained(
+    name,
+    dtype=torch.float32,  # fp32 everywhere, so the losses can be compared with one process
+    distributed_config=DistributedConfig(tp_size=args.tp_size, fsdp_size=args.fsdp_size),
+)
+tokenizer = trnlab.load_tokenizer(name)
 rank = dist.get_rank()
 report = td.rank_report(model)  # placements and bytes of this rank
 print(f"fsdp {report['fsdp']} tp {report['tp']}: {report['local_bytes']:,} of "
       f"{report['full_bytes']:,} parameter bytes")
 
-# 2. The same data pipeline as notebook 04: packed blocks of the fine-tuning texts.
+# 2. The same data pipeline as notebook 04: packed blocks of the fine-tuning texts, one shape.
 dataset = data.packed_dataset(tokenizer, data.training_texts(64), args.block_length)
-first_batch = td.global_batches(dataset, args.batch_size, 1)[0]
-report["loss_before"] = td.batch_loss(model, first_batch)  # whole batch, on every rank
+report["loss_before"] = td.batch_loss(model, td.global_batches(dataset, args.batch_size, 1)[0])
 
-# 3. Train with Trainer, the page's way (on a CPU mesh through trnlab.compat.cpu_mesh_as_multi_device).
-run = td.train_sharded(model, dataset, steps=args.steps, batch_size=args.batch_size,
-                       learning_rate=args.lr, output_dir=args.out)
-report["losses"] = run.losses
-print(f"trained with {run.path}")
+# 3. Train with Trainer, which uses the sharded model as is. The batch size is per FSDP rank;
+#    the TP ranks of one fsdp coordinate get the same rows.
+training_args = TrainingArguments(
+    output_dir=args.out,
+    max_steps=args.steps,
+    per_device_train_batch_size=args.batch_size // args.fsdp_size,
+    learning_rate=args.lr,
+    lr_scheduler_type="constant", max_grad_norm=0.0, optim="adamw_torch",  # the reference's recipe
+    train_sampling_strategy="sequential",  # rows in order, as the one-process reference sees them
+    dataloader_drop_last=True,             # every batch the same shape (claim 9)
+    use_cpu=model.device.type == "cpu",    # on CPU, Accelerate sees the ranks (MULTI_CPU) only then
+    logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+)
+refusal = None
+try:
+    trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+except ValueError as error:
+    # Only on a CPU mesh: Accelerate takes a model sharded at load time on MULTI_NEURON (and
+    # MULTI_GPU) but refuses gloo's MULTI_CPU. The shim lets it take the Trainium branch while
+    # the Trainer is built, and changes nothing else (notebook 05, "Under the hood").
+    if model.device.type != "cpu" or not compat.is_parallelism_refusal(error):
+        raise
+    refusal = str(error).strip()
+    with compat.cpu_mesh_as_multi_device():
+        trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+trainer.train()
+report["losses"] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+print("trained with Trainer" + (" (CPU mesh: built inside compat.cpu_mesh_as_multi_device)" if refusal else ""))
 
 # 4. Generate with the sharded model (all ranks together), then save one checkpoint.
 text = td.greedy_text(model, tokenizer, data.NEW_FACT_PROMPT)
 td.save_sharded(model, tokenizer, os.path.join(args.out, "model"))
 td.write_json(report, os.path.join(args.out, f"rank{rank}.json"))
 if rank == 0:
-    td.write_json({"path": run.path, "reason": run.reason, "generation": text,
-                   "args": vars(args)}, os.path.join(args.out, "run.json"))
+    td.write_json({"refusal": refusal, "generation": text, "args": vars(args)},
+                  os.path.join(args.out, "run.json"))
 dist.destroy_process_group()

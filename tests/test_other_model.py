@@ -1,0 +1,46 @@
+"""``python -m trnlab.assets build --other``: another small Qwen3 for running the course with TRNLAB_MODEL."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import trnlab
+from trnlab.assets import BUNDLED_MODEL_DIR, EXAMPLE_PROMPT
+from trnlab.assets.build import OTHER, main
+
+
+def test_other_builds_in_seconds_a_differently_sized_qwen3_that_shards_on_a_2x2_mesh(tmp_path):
+    start = time.perf_counter()
+    assert main(["build", "--other", "--output", str(tmp_path / "other")]) == 0
+    assert time.perf_counter() - start < 60  # about 2 s of training on a laptop CPU core
+    config = json.loads((tmp_path / "other" / "config.json").read_text())
+    bundled = json.loads((BUNDLED_MODEL_DIR / "config.json").read_text())
+    sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    assert all(config[key] != bundled[key] for key in sizes), (config, bundled)
+    for size in (config["num_attention_heads"], config["num_key_value_heads"], config["intermediate_size"]):
+        assert size % 2 == 0 and size % 4 == 0  # tp=2 (notebook 05's 2 x 2 mesh) and tp=4
+    # The bundled tokenizer, so the course's prompts and token ids stay valid.
+    model = trnlab.load_model(tmp_path / "other", device="cpu")
+    tokenizer = trnlab.load_tokenizer(tmp_path / "other")
+    assert tokenizer.get_vocab() == trnlab.load_tokenizer().get_vocab()
+    assert tokenizer(EXAMPLE_PROMPT)["input_ids"] == trnlab.load_tokenizer()(EXAMPLE_PROMPT)["input_ids"]
+    ids = tokenizer(EXAMPLE_PROMPT, return_tensors="pt")
+    assert model(**ids).logits.shape == (1, ids["input_ids"].shape[1], bundled["vocab_size"])
+    assert model.num_parameters() != trnlab.load_model(device="cpu").num_parameters()
+    assert OTHER.bundled_tokenizer
+
+
+def test_other_never_replaces_a_model_unless_told(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    for argv, message in [(["--other"], "--other needs --output DIR"),
+                          (["--other", "--output", str(BUNDLED_MODEL_DIR)], "is the shipped model"),
+                          (["--other", "--output", str(tmp_path)], "already holds a model: pass --overwrite"),
+                          (["--other", "--output", str(tmp_path / "config.json")], "is a file"),
+                          (["--quick", "--other", "--output", str(tmp_path)], "not allowed with argument")]:
+        with pytest.raises(SystemExit) as info:
+            main(["build", *argv])
+        assert info.value.code == 2 and message in capsys.readouterr().err, argv
+    assert (tmp_path / "config.json").read_text() == "{}"
