@@ -121,10 +121,12 @@ test: setup browser-deps
 	  -p no:cacheprovider --notebook-env TRNLAB_DTYPE=bfloat16 --notebook-env "TRNLAB_MODEL=$(OTHER_MODEL)" \
 	  -n $$workers --dist loadfile --durations=15
 
-# Re-execute every notebook in place, so the committed outputs are true; then normalize them
+# Re-execute every notebook in place, so the committed outputs are true; copy each one's measured
+# run time and graph count into its introduction (tools/sync_intros.py); then normalize them
 # (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.
 notebooks: setup
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 notebooks/[0-9]*.ipynb
+	$(BIN)/python tools/sync_intros.py notebooks/[0-9]*.ipynb
 	$(BIN)/python tools/normalize_notebooks.py notebooks/[0-9]*.ipynb
 
 # Rebuild the bundled tiny Qwen3 model (a few minutes on 2 CPU cores).

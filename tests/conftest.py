@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from trnlab.simulate import (SimulatedNeuronModule, _clear_detection_caches, _privateuse1_backend_name,
-                             simulate_neuron)
+from trnlab.compat import clear_detection_caches, privateuse1_backend_name
+from trnlab.simulate import SimulatedNeuronModule, simulate_neuron
 
 
 @pytest.fixture
@@ -33,17 +33,17 @@ def no_accelerator(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import fails like when absent
     saved = torch.__dict__.get("neuron")
-    if _privateuse1_backend_name() == "neuron":  # renamed by a simulation earlier: keep a module
+    if privateuse1_backend_name() == "neuron":  # renamed by a simulation earlier: keep a module
         torch.neuron = SimulatedNeuronModule(cores=0)
     elif saved is not None:
         del torch.neuron
-    _clear_detection_caches()  # torch.accelerator caches the torch.neuron it saw last
+    clear_detection_caches()  # torch.accelerator caches the torch.neuron it saw last
     yield
     if saved is not None:
         torch.neuron = saved
     else:
         torch.__dict__.pop("neuron", None)
-    _clear_detection_caches()
+    clear_detection_caches()
 
 
 @pytest.fixture

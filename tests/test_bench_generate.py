@@ -65,3 +65,23 @@ def test_the_report_says_whether_the_neff_cache_is_warm_or_off(monkeypatch):
     assert bench_generate.neff_cache_state() == "on, in /shared/neff: graphs compiled before are loaded"
     monkeypatch.setenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")  # a cold run, set before the process starts
     assert bench_generate.neff_cache_state().startswith("off (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)")
+
+
+def test_the_harness_keeps_its_old_import_paths():
+    import trnlab
+    from trnlab import bench
+    from trnlab.bench import timing, workload
+
+    for name in ("sample_prompt_lengths", "corpus_prompts", "run_generation_workload", "identical_outputs",
+                 "WorkloadResult", "RequestRecord"):
+        assert getattr(bench, name) is getattr(workload, name)
+    for name in ("time_generation", "timings_differ"):
+        assert getattr(bench, name) is getattr(timing, name) is getattr(trnlab, name)
+    assert trnlab.run_generation_workload is workload.run_generation_workload
+
+
+def test_steady_median_is_the_median_or_none():
+    from trnlab.bench.timing import steady_median
+
+    assert steady_median([3.0, 1.0, 2.0]) == 2.0 and steady_median(iter([1.0, 2.0])) == 1.5
+    assert steady_median([]) is None

@@ -18,7 +18,7 @@ def test_tracker_counts_one_graph_per_new_static_shape():
     assert [r["graphs_so_far"] for r in tracker.table()] == [1, 2, 2, 2, 3, 3]
     assert tracker.compile_seconds > 0
     assert tracker.steady_seconds is not None and tracker.steady_seconds < tracker.first_call_seconds
-    assert tracker.summary().startswith("3 graph(s) compiled")
+    assert tracker.describe().startswith("3 graph(s) compiled")
     # frozen at exit: later compilations do not count
     double(torch.randn(7))
     assert tracker.graphs == 3 and graphs_compiled() >= 4 and compile_seconds() > 0
@@ -28,7 +28,7 @@ def test_tracker_without_calls_or_compilation():
     with CompileTracker() as tracker:
         torch.ones(2) + 1
     assert tracker.graphs == 0 and tracker.compile_seconds == pytest.approx(0.0)
-    assert tracker.summary() == "0 graph(s) compiled, 0.00 s compiling"
+    assert tracker.describe() == "0 graph(s) compiled, 0.00 s compiling"
     assert tracker.steady_seconds is None and tracker.neuron_graphs is None
 
 
@@ -55,10 +55,10 @@ def test_tracker_reports_when_dynamo_gives_up_recompiling():
                 assert torch.equal(cube(torch.full((n,), 2.0)), torch.full((n,), 8.0))  # still right, eagerly
     assert tracker.graphs == 2 and [c.new_graphs for c in tracker.calls] == [1, 1, 0, 0, 0]
     assert tracker.recompile_limit_hits == 1 and recompile_limit_hits() >= 1
-    assert "recompile limit 1 time(s)" in tracker.summary()
+    assert "recompile limit 1 time(s)" in tracker.describe()
     with CompileTracker() as quiet:
         pass
-    assert quiet.recompile_limit_hits == 0 and "recompile limit" not in quiet.summary()
+    assert quiet.recompile_limit_hits == 0 and "recompile limit" not in quiet.describe()
 
 
 def test_fresh_neff_cache_is_deprecated_and_still_restores_the_variable(monkeypatch):
@@ -176,3 +176,29 @@ def test_recompile_log_hides_machine_paths():
 
     text = "Recompiling function f in /home/me/.venv/lib/python3.11/site-packages/transformers/x.py:121"
     assert _shorten_paths(text) == "Recompiling function f in <site-packages>/transformers/x.py:121"
+
+
+def test_summary_is_a_dict_and_describe_the_line_and_the_old_text_use_warns():
+    torch._dynamo.reset()
+    triple = torch.compile(lambda x: x * 3, backend="eager", dynamic=False)
+    with CompileTracker() as tracker:
+        for n in [2, 2]:
+            with tracker.call():
+                triple(torch.ones(n))
+    summary = tracker.summary()
+    assert isinstance(summary, dict) and summary["graphs"] == 1 and summary["calls"] == 2
+    assert summary["steady_calls"] == 1 and summary["steady_seconds"] == tracker.steady_seconds
+    assert str(summary) == tracker.describe() and f"{summary}" == tracker.describe()
+    with pytest.warns(FutureWarning, match=r"summary\(\) used as text.*write CompileTracker.describe\(\)"):
+        assert summary.startswith("1 graph(s) compiled")
+    with pytest.warns(FutureWarning, match="describe"):
+        assert "steady state" in summary
+    assert "graphs" in summary and summary == dict(summary)  # dict semantics, no warning
+
+
+def test_steady_median_lives_in_compile_tracking_and_bench_re_exports_it():
+    from trnlab.bench.timing import steady_median as bench_steady_median
+    from trnlab.compile_tracking import steady_median
+
+    assert bench_steady_median is steady_median
+    assert steady_median([3.0, 1.0, 2.0]) == 2.0 and steady_median([]) is None

@@ -138,14 +138,14 @@ def test_no_pad_token_names_the_token_to_use(tokenizer, texts):
 
 
 def test_packing_texts_shorter_than_one_block(tokenizer):
-    with pytest.raises(ValueError, match=r"at least one full block.*hold \d+ tokens.*block_length is 256.*more texts or a smaller"):
+    with pytest.raises(ValueError, match=r"at least one full block.*hold \d+ tokens.*length=256.*more texts or a smaller"):
         data.packed_dataset(tokenizer, ["A short text."], 256)
 
 
 def test_length_beyond_max_position_embeddings(tokenizer, texts):
-    with pytest.raises(ValueError, match=r"block_length=1024 is beyond the model's max_position_embeddings \(512\)"):
+    with pytest.raises(ValueError, match=r"length=1024 is beyond the model's max_position_embeddings \(512\)"):
         data.packed_dataset(tokenizer, texts, 1024)
-    with pytest.raises(ValueError, match=r"max_length=600 .*max_position_embeddings \(512\).*<= 512"):
+    with pytest.raises(ValueError, match=r"length=600 .*max_position_embeddings \(512\).*<= 512"):
         data.fixed_length_dataset(tokenizer, texts, 600)
     with pytest.raises(ValueError, match=r"max_position_embeddings \(64\)"):
         data.tokenized_dataset(tokenizer, texts, 128, max_positions=64)
@@ -159,7 +159,7 @@ def test_other_bad_inputs(tokenizer, texts):
     with pytest.raises(ValueError, match="at least 2"):
         data.fixed_length_dataset(tokenizer, texts, 0)
     rows = data.tokenized_dataset(tokenizer, texts, 128)
-    with pytest.raises(ValueError, match=r"more than the largest allowed length 8.*max_length <= 8"):
+    with pytest.raises(ValueError, match=r"more than the largest allowed length 8.*length <= 8"):
         data.PaddingCollator(tokenizer.pad_token_id, (8,))(rows[:2])
     with pytest.raises(ValueError, match="attention_mask"):
         data.padding_waste([{"input_ids": torch.ones(3)}])
@@ -201,3 +201,16 @@ def test_strategy_dataset_refuses_empty_or_misplaced_buckets(tokenizer, texts):
         data.strategy_dataset("fixed", tokenizer, texts, 48, buckets=[24, 48])
     with pytest.raises(ValueError, match="unknown strategy 'sorted': use one of dynamic, buckets, fixed, packed"):
         data.strategy_dataset("sorted", tokenizer, texts, 48, buckets=[])
+
+
+def test_the_row_length_is_length_everywhere_and_old_keywords_warn(tokenizer, texts):
+    assert len(data.fixed_length_dataset(tokenizer, texts, length=16)[0]["input_ids"]) == 16
+    with pytest.warns(FutureWarning, match=r"fixed_length_dataset\(max_length=...\) is deprecated.*length=..."):
+        rows = data.fixed_length_dataset(tokenizer, texts, max_length=16)
+    assert len(rows[0]["input_ids"]) == 16
+    with pytest.warns(FutureWarning, match=r"tokenized_dataset\(max_length=...\).*length=..."):
+        assert max(len(r["input_ids"]) for r in data.tokenized_dataset(tokenizer, texts, max_length=16)) <= 16
+    with pytest.warns(FutureWarning, match=r"packed_dataset\(block_length=...\).*length=..."):
+        assert len(data.packed_dataset(tokenizer, texts, block_length=16)[0]["input_ids"]) == 16
+    with pytest.raises(TypeError, match="pass length= only"):
+        data.packed_dataset(tokenizer, texts, length=16, block_length=16)

@@ -175,6 +175,8 @@ def test_accelerator_memory_on_cpu_says_there_is_no_counter():
     assert trnlab.accelerator_memory(torch.device("cpu")) is None
     text = trnlab.format_accelerator_memory("cpu")
     assert text.startswith("cpu: the CPU has no such counter") and "torch.accelerator.memory_allocated" in text
+    # Generic: notebook 02 prints it after loading, notebook 04 after a training step.
+    assert "weights" not in text and "process's ordinary RAM" in text
 
 
 @pytest.mark.parametrize("backend", ["cuda", "neuron"])
@@ -231,6 +233,21 @@ def test_setup_on_neuron_names_the_processes_holding_cores(fake_neuron, monkeypa
     free = dev.core_holders_notice(NEURON_LS_WITH_PROCESSES.replace("4343", "4242"), "neuron", own_pid=4242)
     assert free.startswith("NeuronCores: no other process holds one (neuron-ls)")
     assert "neuron-ls is not on PATH" in dev.core_holders_notice(None, "neuron")
+
+
+def test_core_holders_notice_reports_every_other_holder_and_not_the_kernel_itself():
+    # Notebook 01's example: this kernel has its own row; another kernel and a training script are reported.
+    table = """\
+| NEURON | NEURON | NEURON | CONNECTED |     PCI      |  PID  |           COMMAND            | RUNTIME |
+| DEVICE | CORES  | MEMORY |  DEVICES  |     BDF      |       |                              | VERSION |
+| 0      | 8      | 96 GB  | 0         | 0000:00:1e.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
+|        |        |        |           |              | 4343  | python train.py              | 2.29.0  |
+|        |        |        |           |              | 4444  | python -m ipykernel_launcher | 2.29.0  |"""
+    assert [pid for pid, _ in dev.neuron_core_holders(table)] == [4242, 4343, 4444]
+    notice = dev.core_holders_notice(table, "neuron", own_pid=4444)
+    assert notice.startswith("NeuronCores: held by PID 4242 (python -m ipykernel_launcher); PID 4343 "
+                             "(python train.py) (neuron-ls); this kernel (PID 4444) ")
+    assert "4444 (" not in notice
 
 
 def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, capsys):

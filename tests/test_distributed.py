@@ -161,7 +161,7 @@ def sharded_run(tmp_path_factory):
                                    "--then", MEASURE_SCRIPT, "--out", folder / "measured", "--model", model,
                                    "--tp-size", 2, "--fsdp-size", 2, "--batch", MEASURE_BATCH, "--seq", MEASURE_SEQ],
                     tp_size=2, fsdp_size=2, model=model, device="cpu", timeout=400)
-    assert result.ok, result.summary() + "\n" + result.traceback
+    assert result.ok, result.describe() + "\n" + result.traceback
     measured = sorted((json.loads(p.read_text()) for p in (folder / "measured").glob("rank*.json")),
                       key=lambda r: r["rank"])
     return {"model": model, "folder": folder, "run": td.read_run(folder / "run"), "result": result,

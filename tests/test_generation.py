@@ -129,7 +129,7 @@ def test_sample_prompt_lengths_are_seeded_and_in_range():
 
 def test_compile_config_turns_on_cpu_compilation_like_neuron():
     config = trnlab.generation_compile_config("cpu")
-    assert (config.backend, config.dynamic, config.mode) == ("inductor", False, "default")
+    assert (config.backend, config.dynamic, config.mode) == ("eager", False, "default")
     assert config._compile_all_devices is True
     assert "_compile_all_devices" not in config.to_dict()  # a flag for generate, not torch.compile
     assert trnlab.generation_compile_config(torch.device("cpu"), backend="aot_eager").backend == "aot_eager"
@@ -144,11 +144,35 @@ def test_compile_config_leaves_neuron_to_transformers_and_refuses_other_backends
 
 
 def test_compile_backend_is_decided_in_one_place():
-    assert trnlab.compile_backend("cpu") == "inductor"
-    assert trnlab.compile_backend("cpu", cpu_default="eager") == "eager"
-    assert trnlab.compile_backend("cuda:0") == "inductor"
-    assert trnlab.compile_backend("cpu", "aot_eager") == "aot_eager"
+    # Off Neuron the course counts graphs with dynamo's "eager" backend, on CPU and GPUs alike.
+    assert trnlab.compile_backend("cpu") == "eager"
+    assert trnlab.compile_backend("cuda:0") == "eager"
+    assert trnlab.compile_backend(torch.device("cuda", 1)) == "eager"
+    assert trnlab.compile_backend("cpu", "inductor") == "inductor"
+    assert trnlab.compile_backend("cuda", "aot_eager") == "aot_eager"
     assert trnlab.compile_backend("neuron") == "neuron"
+    assert trnlab.compile_backend("neuron:1", "neuron") == "neuron"
+    with pytest.raises(ValueError, match="backend 'eager' cannot compile for a NeuronCore"):
+        trnlab.compile_backend("neuron", "eager")
+
+
+def test_compile_backend_cpu_default_is_deprecated_but_still_works():
+    with pytest.warns(FutureWarning, match=r"trnlab.compile_backend\(\.\.\., cpu_default=\.\.\.\) is deprecated "
+                                           r"and will be removed in trnlab 0.3: write trnlab.compile_backend\(device, "
+                                           r"requested\)"):
+        assert trnlab.compile_backend("cpu", cpu_default="inductor") == "inductor"
+    with pytest.warns(FutureWarning):
+        assert trnlab.compile_backend("cuda", cpu_default="inductor") == "eager"  # it only ever set the CPU's
+    with pytest.warns(FutureWarning):
+        assert trnlab.compile_backend("cpu", "aot_eager", cpu_default="inductor") == "aot_eager"  # requested wins
+
+
+def test_compile_backend_default_warns_nothing():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trnlab.compile_backend("cpu") == "eager"
 
 
 # ----------------------------------------------------------------------------- with the course model
@@ -267,6 +291,8 @@ def test_compiled_workloads_count_one_graph_per_shape_and_bucketing_bounds_them(
     assert trnlab.identical_outputs(eager, bucketed)
     assert bucketed.tokens_per_second() > 0 and bucketed.summary()["pad_tokens"] == 0 + 3 + 3 + 0 + 1
     assert trnlab.identical_outputs(eager, naive) is False  # different prompt lists: the check can fail
+    assert bucketed.describe().startswith("bucketed: 5 request(s), 3 graph(s) for 3 distinct shape(s), "
+                                          "7 pad token(s), ")
 
 
 def test_time_generation_reports_first_and_steady_calls(model, tokenizer):

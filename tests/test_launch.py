@@ -35,8 +35,43 @@ def test_neuron_plan_is_one_process_per_visible_neuroncore(fake_neuron, monkeypa
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "2-3")
     assert tl.plan_processes().nproc_per_node == 2
     with pytest.raises(LaunchConfigError,
-                       match=r"4 processes need 4 NeuronCores but NEURON_RT_VISIBLE_CORES=2-3 gives 2"):
+                       match=r"4 processes need 4 NeuronCores but NEURON_RT_VISIBLE_CORES=2-3 gives 2: widen .*device='cpu'"):
         tl.plan_processes(4)
+
+
+def _one_gpu_machine(monkeypatch):
+    """Make trnlab.launcher see one CUDA GPU (this machine has none)."""
+    monkeypatch.setattr(tl, "detect_backend", lambda: "cuda")
+    monkeypatch.setattr(tl, "backend_available", lambda backend: backend in ("cpu", "cuda"))
+    monkeypatch.setattr(tl, "device_count", lambda backend=None: 1 if backend in (None, "cuda") else 0)
+
+
+def test_fewer_gpus_than_ranks_fall_back_to_gloo_cpu_processes_and_say_why(monkeypatch):
+    import torch
+
+    _one_gpu_machine(monkeypatch)
+    assert tl.plan_processes(1, device="cuda").dist_backend == "nccl"
+    for device in (torch.device("cuda:0"), "cuda", None, "auto"):   # what notebook 05 passes: setup()'s device
+        plan = tl.plan_processes(4, device=device)
+        assert (plan.device, plan.dist_backend, plan.nproc_per_node) == ("cpu", "gloo", 4)
+        assert plan.reason.startswith("fell back to CPU: 4 ranks need 4 GPUs, one each, but "
+                                      "torch.cuda.device_count() gives 1, so 4 CPU processes talk over gloo")
+        assert plan.env["CUDA_VISIBLE_DEVICES"] == ""   # else Transformers binds every rank to cuda:LOCAL_RANK
+        assert "the ranks get CUDA_VISIBLE_DEVICES=''" in str(plan)
+
+
+def test_an_explicit_cpu_device_gives_cpu_processes_where_an_accelerator_exists(monkeypatch, fake_neuron):
+    from trnlab.device import pick_device
+
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    assert tl.plan_processes(4).device == "neuron"
+    monkeypatch.setenv("TRNLAB_DEVICE", "cpu")           # the notebook's knob, through setup()'s choice
+    plan = tl.plan_processes(4, device=pick_device(os.environ["TRNLAB_DEVICE"]))
+    assert (plan.device, plan.dist_backend, plan.nproc_per_node) == ("cpu", "gloo", 4)
+    assert plan.reason.startswith("device cpu was asked for, so 4 CPU processes talk over gloo")
+    assert plan.env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"   # the ranks do not autoload TorchNeuron
+    with pytest.raises(LaunchConfigError, match="unknown device 'tpu'"):
+        tl.plan_processes(2, device="tpu")
 
 
 def test_visible_neuron_cores_reads_the_runtime_formats():
@@ -427,7 +462,7 @@ def test_two_launchers_on_loopback_form_one_job(tmp_path):
         dist.destroy_process_group()
     """)
     result = tl.launch_loopback_nodes(script, [tmp_path], nnodes=2, nproc_per_node=1, timeout=180)
-    assert result.ok, result.summary()
+    assert result.ok, result.describe()
     assert len(result.commands) == 2 and "--node-rank=1" in result.commands[1]
     assert result.lines(0)[-1] == "node 0 world 2 sum 3"
     assert result.lines(1)[-1] == "node 1 world 2 sum 3"
@@ -449,7 +484,7 @@ def test_each_rank_sees_only_its_own_neuroncore(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-7")
     result = tl.launch(script, ["--flag", "x"], device="cpu", neuron_cores="4-5", timeout=None)  # no limit
     assert result.command[-7:-3] == ["--tee=3", "-m", "trnlab.rank_cores", "4-5"]  # 2 ranks: one per named core
-    assert result.ok, result.summary()
+    assert result.ok, result.describe()
     assert result.lines(0)[-1] == "local rank 0 sees NeuronCores 4 args ['--flag', 'x'] main __main__"
     assert result.lines(1)[-1] == "local rank 1 sees NeuronCores 5 args ['--flag', 'x'] main __main__"
     assert "--nproc-per-node=2 --tee=3 -m trnlab.rank_cores 4-5 " in capsys.readouterr().out
@@ -465,7 +500,7 @@ def test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subs
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
     assert not tl.needs_rank_cores("neuron")
     result = tl.launch(script, nproc_per_node=2, timeout=120, echo=False)
-    assert result.ok, result.summary()
+    assert result.ok, result.describe()
     assert "trnlab.rank_cores" not in result.command
     assert [result.lines(r)[-1].split(" args")[0] for r in (0, 1)] == [
         "local rank 0 sees NeuronCores None", "local rank 1 sees NeuronCores None"]

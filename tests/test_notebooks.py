@@ -6,11 +6,15 @@ Executed, in order, without errors and with checked cells: ``trnlab.pytest_plugi
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from trnlab.pytest_plugin import notebook_problems
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from sync_intros import intro_duration  # noqa: E402  (the tool that writes the figures into the intros)
 
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
 
@@ -30,13 +34,6 @@ def test_the_course_has_its_notebooks():
 
 SUMMARY_CALL = "print(trnlab.run_summary())"
 SUMMARY_LINE = re.compile(r"this notebook compiled (\d+) graph\(s\) in (\d+) s on \S+")
-
-
-def intro_duration(seconds: int) -> str:
-    """How an introduction says a run time: "about N s" under 90 s (N to the nearest 10), else "about N min"."""
-    if seconds < 90:
-        return f"about {max(10, int(seconds / 10 + 0.5) * 10)} s"
-    return f"about {int(seconds / 60 + 0.5)} min"
 
 
 def test_intro_duration_rounds_as_the_convention_says():
@@ -106,3 +103,26 @@ def test_checked_cells_print_no_device_specific_line(path):
                        for o in cell["outputs"])
         assert not re.search(r"\bon cpu\b|device: cpu|torch\.float32|backend: eager", text), (
             f"{path.name}: a checked cell prints a device-specific line: {source[:80]!r}")
+
+
+PROGRESS_BAR = re.compile(r"\d+%\|")  # tqdm's "Loading weights:   0%|          | 0/46"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_stored_output_is_a_progress_bar(path):
+    # A saved progress bar keeps its first frame ("0%") forever: load with the bar off instead.
+    for cell in _cells(path):
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", ""))
+            assert not PROGRESS_BAR.search(text), f"{path.name}: a stored progress bar: {text[:80]!r}"
+
+
+def test_sync_intros_copies_the_measured_figures_into_the_introduction():
+    from sync_intros import synced_intro
+
+    intro = "It takes about 40 s and compiles 16 graph(s); the last cell counts them."
+    assert synced_intro(intro, graphs=3, seconds=151) == (
+        "It takes about 3 min and compiles 3 graph(s); the last cell counts them.")
+    assert synced_intro(intro, graphs=16, seconds=42) == intro
+    with pytest.raises(ValueError, match="once each"):
+        synced_intro("It takes about 4 s, or about 5 s, and compiles 1 graph(s).", graphs=1, seconds=4)

@@ -16,6 +16,7 @@ import torch
 
 import trnlab
 from trnlab import planning
+from trnlab.cli.plan import main as plan_main
 from trnlab.launcher import LaunchConfigError, validate_parallel_sizes
 from trnlab.planning import GiB, PlanError, plan_memory, plan_mesh
 
@@ -34,7 +35,7 @@ MODEL_CARDS = {"Qwen/Qwen3-0.6B": (0.6, 0.44), "Qwen/Qwen3-1.7B": (1.7, 1.4), "Q
 def test_shipped_config_counts_equal_the_meta_model_and_the_model_card(name):
     from transformers import AutoModelForCausalLM
 
-    config, label = planning.resolve_config(name)
+    config, label = planning.config_and_label(name)
     assert label == name and config.model_type == "qwen3" and config.vocab_size == 151936
     assert config.max_position_embeddings == 40960 and config.head_dim == 128
     assert config.tie_word_embeddings == (name in ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"))
@@ -90,7 +91,7 @@ def test_memory_components_scale_as_documented():
     assert twice.training_state == train.training_state   # the batch changes activations only
     assert "FSDP is data parallelism" in " ".join(train.notes)
     assert json.loads(json.dumps(train.to_dict()))["total_bytes"] == train.total
-    assert "total per rank" in train.table() and "Qwen/Qwen3-8B on tp=4 x fsdp=16" in train.summary()
+    assert "total per rank" in train.table() and "Qwen/Qwen3-8B on tp=4 x fsdp=16" in train.describe()
 
 
 # ------------------------------------------------------------------ instances and meshes
@@ -118,6 +119,12 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     assert '"Keep TP4 within a chip"' in train.reason and "spans" not in train.reason
     assert "This is AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge" in train.reason
     assert "qwen3_8b_tp4_fsdp16_sac" in train.reason and "18 of 36 layers" in train.reason
+    # tp=2 fits too (the table shows it); the reason says why the ladder passes over it.
+    tp2 = next(c for c in train.candidates if c.tp_size == 2)
+    assert tp2.fits and tp2.plan.total < train.budget
+    assert (f"tp=2 x fsdp=32 ({tp2.plan.total / planning.GiB:.2f} GiB) would fit too, but the planner passes "
+            "over TP smaller than a chip") in train.reason
+    assert "'every 2nd layer' is the planner's assumption" in train.reason
     assert not any(c.fits for c in train.candidates if c.tp_size == 1)
     rejected = {c.tp_size: c.rejected for c in train.candidates if not c.valid}
     assert set(rejected) == {16, 32, 64} and "key/value heads = 8" in rejected[16]
@@ -206,7 +213,7 @@ def test_a_mesh_that_does_not_divide_gives_the_launch_message():
             validate_parallel_sizes(*args, **kwargs)
         return str(info.value)
 
-    config, _ = planning.resolve_config("Qwen/Qwen3-8B")
+    config, _ = planning.config_and_label("Qwen/Qwen3-8B")
     with pytest.raises(PlanError) as info:
         plan_mesh(config, "trn2.48xlarge", tp_size=16, fsdp_size=4)
     assert str(info.value) == launch_message(64, 16, 4, model_config=config)
@@ -254,18 +261,18 @@ def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
     (tmp_path / "config.json").write_text(planning.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
     (tmp_path / "model.safetensors").write_bytes(bytes(range(256)) * 4)
     with pytest.raises(PlanError) as info:
-        planning.resolve_config(tmp_path / "model.safetensors")
+        planning.config_and_label(tmp_path / "model.safetensors")
     assert str(info.value) == (f"{tmp_path / 'model.safetensors'} is not a model config (a .safetensors file holds "
                                f"weights or tokenizer data, not the model's sizes): the folder {tmp_path} holds a "
                                f"config.json: pass --model {tmp_path}.")
-    assert planning.main(["--model", str(tmp_path / "model.safetensors")]) == 2
+    assert plan_main(["--model", str(tmp_path / "model.safetensors")]) == 2
     assert "pass --model" in capsys.readouterr().err
     (tmp_path / "weights.dat").write_bytes(bytes(range(256)))
     with pytest.raises(PlanError, match="weights.dat is not a model config \\(a binary file, not JSON\\)"):
-        planning.resolve_config(tmp_path / "weights.dat")
+        planning.config_and_label(tmp_path / "weights.dat")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(PlanError, match="JSON of a list, not a config object"):
-        planning.resolve_config(tmp_path / "list.json")
+        planning.config_and_label(tmp_path / "list.json")
 
 
 def test_a_config_without_the_needed_fields_names_them(tmp_path):
@@ -276,7 +283,7 @@ def test_a_config_without_the_needed_fields_names_them(tmp_path):
                                                       "num_hidden_layers": 2, "num_attention_heads": 4,
                                                       "num_key_value_heads": 2, "vocab_size": 100}))
     with pytest.raises(PlanError, match=r"config.json lacks model_type"):
-        planning.resolve_config(tmp_path)
+        planning.config_and_label(tmp_path)
     with pytest.raises(PlanError, match="workload='serve'"):
         plan_memory("Qwen/Qwen3-0.6B", workload="serve")
     with pytest.raises(PlanError, match="master_weights='fp8'"):
@@ -344,11 +351,11 @@ def test_cli_reads_a_config_file_and_trnlab_model(capsys, monkeypatch, tmp_path)
     config = json.loads(planning.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
     (tmp_path / "config.json").write_text(json.dumps(config))
     monkeypatch.setenv("TRNLAB_MODEL", str(tmp_path))
-    assert planning.main(["--instance", "trn2.3xlarge", "--tp", "2", "--fsdp", "2"]) == 0
+    assert plan_main(["--instance", "trn2.3xlarge", "--tp", "2", "--fsdp", "2"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"{tmp_path}, inference on trn2.3xlarge: 4 logical NeuronCores")
     assert "<- recommended" in text
-    assert planning.main(["--model", "Qwen3-8B", "--instance", "trn1.32xlarge"]) == 2
+    assert plan_main(["--model", "Qwen3-8B", "--instance", "trn1.32xlarge"]) == 2
     assert "XLA-based torch-neuronx" in capsys.readouterr().err
 
 
@@ -390,3 +397,8 @@ def test_per_layer_activation_formula_equals_the_saved_tensors(dtype, one_torch_
     layer_bytes = sum(n for w, n in saved.values() if w == "layer 1")
     plan = plan_memory(None, workload="train", batch=BATCH, seq=SEQ, dtype=str(dtype).split(".")[1])
     assert plan.activation_detail["per_layer"] == layer_bytes
+
+
+def test_planning_main_is_a_deprecated_shim_like_launcher_main():
+    with pytest.warns(FutureWarning, match=r"trnlab\.cli\.plan\.main"):
+        assert planning.main(["--model", "Qwen3-8B", "--instance", "trn1.32xlarge"]) == 2

@@ -49,3 +49,73 @@ def test_each_variable_is_checked_on_its_own():
     assert setting_problems({}) == {}
     with pytest.raises(KeyError, match="not a course setting"):
         read_setting("TRNLAB_NOPE", env)
+
+
+def test_environment_sets_and_unsets_in_a_block_and_restores_only_those(monkeypatch):
+    import os
+
+    from trnlab.settings import environment
+
+    monkeypatch.setenv("TRNLAB_TEST_KEPT", "before")
+    monkeypatch.delenv("TRNLAB_TEST_NEW", raising=False)
+    monkeypatch.delenv("TRNLAB_TEST_SET_INSIDE", raising=False)
+    with environment(TRNLAB_TEST_NEW="1", TRNLAB_TEST_KEPT=None):
+        assert os.environ["TRNLAB_TEST_NEW"] == "1" and "TRNLAB_TEST_KEPT" not in os.environ
+        os.environ["TRNLAB_TEST_SET_INSIDE"] = "stays"  # e.g. Accelerate's RANK: not ours to undo
+    assert os.environ["TRNLAB_TEST_KEPT"] == "before" and "TRNLAB_TEST_NEW" not in os.environ
+    assert os.environ["TRNLAB_TEST_SET_INSIDE"] == "stays"
+    with pytest.raises(KeyError):
+        with environment(TRNLAB_TEST_KEPT="during"):
+            raise KeyError("restored after an error too")
+    assert os.environ["TRNLAB_TEST_KEPT"] == "before"
+
+
+def test_quiet_transformers_silences_logs_and_bars_only_inside():
+    from transformers.utils import logging
+
+    from trnlab.settings import quiet_transformers
+
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    with quiet_transformers(progress_bars=True):
+        assert logging.get_verbosity() == logging.ERROR and not logging.is_progress_bar_enabled()
+    assert logging.get_verbosity() == level and logging.is_progress_bar_enabled() == bars
+    with quiet_transformers(logs=False, progress_bars=True):
+        assert logging.get_verbosity() == level
+    with quiet_transformers():
+        assert logging.is_progress_bar_enabled() == bars
+    assert logging.get_verbosity() == level
+
+
+def test_the_default_instance_is_a_course_default():
+    from trnlab import settings
+
+    assert settings.DEFAULT_INSTANCE == "trn2.48xlarge"
+
+
+def test_knob_converts_to_the_default_s_type_and_falls_back_to_it():
+    from trnlab.settings import knob
+
+    env = {"TRNLAB_MAX_NEW_TOKENS": " 40 ", "TRNLAB_LEARNING_RATE": "1e-4", "TRNLAB_OUTPUT_DIR": "/tmp/out",
+           "TRNLAB_QUICK": "True", "TRNLAB_EMPTY": ""}
+    assert knob("TRNLAB_MAX_NEW_TOKENS", 20, env) == 40 and type(knob("TRNLAB_MAX_NEW_TOKENS", 20, env)) is int
+    assert knob("TRNLAB_LEARNING_RATE", 2e-3, env) == 1e-4
+    assert knob("TRNLAB_OUTPUT_DIR", None, env) == "/tmp/out" and knob("TRNLAB_NOT_SET", None, env) is None
+    assert knob("TRNLAB_QUICK", False, env) is True and knob("TRNLAB_EMPTY", 7, env) == 7
+    assert knob("TRNLAB_NOT_SET", 12, env) == 12 and knob("TRNLAB_NOT_SET", "auto", env) == "auto"
+    assert knob("TRNLAB_DEVICE", "auto", {"TRNLAB_DEVICE": "Neuron:3"}) == "neuron:3"  # the setting's own check
+
+
+def test_knob_names_the_variable_and_the_form_on_a_bad_value():
+    from trnlab.settings import SettingError, knob
+
+    with pytest.raises(SettingError, match=r"TRNLAB_MAX_NEW_TOKENS='twenty' is not a whole number: give a whole "
+                                           r"number \(e.g. TRNLAB_MAX_NEW_TOKENS=20, the default\)"):
+        knob("TRNLAB_MAX_NEW_TOKENS", 20, {"TRNLAB_MAX_NEW_TOKENS": "twenty"})
+    with pytest.raises(SettingError, match=r"TRNLAB_LEARNING_RATE='fast' is not a number"):
+        knob("TRNLAB_LEARNING_RATE", 2e-3, {"TRNLAB_LEARNING_RATE": "fast"})
+    with pytest.raises(SettingError, match=r"TRNLAB_QUICK='maybe' is not 1, 0, true or false"):
+        knob("TRNLAB_QUICK", False, {"TRNLAB_QUICK": "maybe"})
+    with pytest.raises(SettingError, match=r"TRNLAB_DTYPE='float16' is not a dtype the course uses"):
+        knob("TRNLAB_DTYPE", "auto", {"TRNLAB_DTYPE": "float16"})
+    with pytest.raises(TypeError, match="default must be an int, float, bool, str or None"):
+        knob("TRNLAB_SIZES", (1, 2), {"TRNLAB_SIZES": "3"})

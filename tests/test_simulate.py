@@ -161,10 +161,20 @@ def test_reporting_device_changes_only_what_device_reports():
 
     model = AutoModelForCausalLM.from_pretrained(trnlab.assets.BUNDLED_MODEL_DIR)
     cls = type(model)
-    with sim.reporting_device(model, "neuron:0") as same:
+    with sim.ReportingDevice(model, "neuron:0") as same:
         assert same is model and model.device == torch.device("neuron", 0) and model.simulated
         assert next(model.parameters()).device.type == "cpu" and isinstance(model, cls)
     assert type(model) is cls and model.device.type == "cpu"
+
+
+def test_reporting_device_is_a_deprecated_alias_of_reporting_device_class():
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(FutureWarning, match=r"reporting_device is deprecated.*write trnlab.simulate.ReportingDevice"):
+        context = sim.reporting_device(model, "neuron:0")
+    assert isinstance(context, sim.ReportingDevice)
+    with context as same:
+        assert same.device == torch.device("neuron", 0)
+    assert type(model) is torch.nn.Linear
 
 
 def test_claim_7_training_arguments_choose_neuron_and_leave_bf16_off():

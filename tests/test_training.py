@@ -200,6 +200,9 @@ def test_recorder_sees_a_graph_per_new_shape_then_none(tokenizer, tmp_path):
     assert summary["steady_step_seconds"] > 0 and summary["real_tokens_per_second"] > 0
     assert summary["padding_waste"] == pytest.approx(1 - sum(s.real_tokens for s in recorder.steps) / (4 * 2 * 64))
     assert 0 < summary["padding_waste"] < 1
+    assert recorder.describe().startswith("4 step(s) in 1 shape(s), 1 graph(s) compiled (0 after warm-up), "
+                                          "steady step ")
+    assert f"final loss {summary['final_loss']:.3f}" in recorder.describe()
 
 
 def _run(model, rows, collator, output_dir, stop_at=None, resume=None):
@@ -314,3 +317,32 @@ def test_notebook_04_writes_the_page_calls_not_the_deprecated_helpers():
     markdown = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     for wrong in ("derived by AOTAutograd", "inside the first backward", "seconds to minutes", "picked neuron:0"):
         assert wrong not in markdown, wrong
+
+
+def test_callbacks_moved_to_their_module_and_keep_their_old_paths():
+    import trnlab
+    from trnlab import callbacks
+
+    for name in ("TrainingRecorder", "StepRecord", "LiveLossPlot", "StopAtStep"):
+        assert getattr(training, name) is getattr(callbacks, name)
+    for name in ("TrainingRecorder", "LiveLossPlot", "StopAtStep"):
+        assert getattr(trnlab, name) is getattr(callbacks, name)
+
+
+def test_the_deprecated_wrapper_and_the_benchmark_build_arguments_one_way(tmp_path):
+    import warnings
+
+    from trnlab.bench import train as bench_train
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the one builder does not warn: internal callers stay quiet
+        built = training.page_arguments(tmp_path, "cpu", max_steps=2, batch_size=3, compile_backend="eager")
+    assert (built.bf16, built.torch_compile, built.torch_compile_backend, built.dataloader_drop_last,
+            built.use_cpu, built.max_steps, built.per_device_train_batch_size) == (
+        False, True, "eager", True, True, 2, 3)
+    with pytest.warns(FutureWarning):
+        old = training.training_arguments(tmp_path, "cpu", max_steps=2, batch_size=3, compile_backend="eager",
+                                          verbose=False)
+    assert old.to_dict() == built.to_dict()
+    names = bench_train.train_one.__code__.co_names  # what the benchmark's code calls, not its prose
+    assert "page_arguments" in names and "TrainingArguments" not in names

@@ -41,3 +41,13 @@ def test_plot_buckets_draws_each_prompt_and_its_padding():
     assert [bar.get_height() for bar in prompts] == sorted(LENGTHS)
     assert [bar.get_height() for bar in padding] == [30, 30, 30, 30, 150, 150, 150, 150]
     assert ax.get_title() == "2 bucket(s): 30, 150"
+
+
+def test_text_tables_live_in_tables_and_plots_keeps_their_names():
+    import trnlab
+    from trnlab import tables
+
+    for name in ("format_table", "format_steps", "memory_table", "placement_table", "text_table"):
+        assert getattr(plots, name) is getattr(tables, name)
+    assert trnlab.format_table is tables.format_table and trnlab.memory_table is tables.memory_table
+    assert tables.text_table([["a", "1"], ["bb", "22"]]) == "a    1\nbb  22"

@@ -1,16 +1,24 @@
-"""Write the README's API tables ("Using trnlab in your own notebooks") from ``trnlab.GROUPS``.
+"""Write the README's API tables ("Using trnlab in your own notebooks") from ``trnlab.GROUPS`` and ``__all__``.
 
     python tools/readme_api.py          # rewrite the tables in README.md
     python tools/readme_api.py --check  # exit 1 if README.md differs from what it would write
 
-One table per group, one row per public name: its name, the first line of its docstring
-(``trnlab.CONSTANTS`` for constants) and its module. tests/test_public_api.py runs ``--check``.
+First one table per group of top-level names, one row per name: its name, the first line of its
+docstring (``trnlab.CONSTANTS`` for constants) and its module. Then, for every trnlab module with an
+``__all__``, the public names it defines that are not top level (re-exports are listed where they are
+defined), as ``trnlab.module.name`` with the first line of its docstring (constants: the ``#:``
+comment above them). Modules without an ``__all__`` are named on stderr. tests/test_public_api.py
+runs ``--check``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import pkgutil
 import sys
+import warnings
 from pathlib import Path
 
 import trnlab
@@ -28,14 +36,79 @@ def summary_line(name: str) -> str:
     return doc.splitlines()[0].strip() if doc else ""
 
 
+#: Modules that run something when imported (scripts, ``python -m`` entry points) or only forward
+#: to another module: never imported here.
+SKIPPED_MODULES = ("trnlab.__main__", "trnlab.assets.__main__", "trnlab.assets.build", "trnlab.launch",
+                   "trnlab.scripts")
+
+
+def library_modules() -> list[str]:
+    """Every trnlab module this tool reads, sorted, without :data:`SKIPPED_MODULES`."""
+    names = [info.name for info in pkgutil.walk_packages(trnlab.__path__, "trnlab.")]
+    return sorted(n for n in names if not any(n == s or n.startswith(s + ".") for s in SKIPPED_MODULES))
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, on one line."""
+    paragraph = " ".join(line.strip() for line in text.strip().split("\n\n")[0].splitlines())
+    end = paragraph.find(". ")
+    return paragraph[:end + 1] if end >= 0 else paragraph
+
+
+def _definitions(module) -> dict[str, str]:
+    """``{name: first sentence of its docstring or #: comment}`` for every name the module's source defines."""
+    source = Path(module.__file__).read_text()
+    lines = source.splitlines()
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found[node.name] = _first_sentence(ast.get_docstring(node) or "")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            comment = []
+            for line in reversed(lines[:node.lineno - 1]):  # the "#:" lines just above
+                if not line.startswith("#:"):
+                    break
+                comment.insert(0, line[2:].strip())
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = _first_sentence("\n".join(comment))
+    return found
+
+
+def module_tables() -> list[str]:
+    """The Markdown of each module's public names that are not top level."""
+    missing = []
+    parts = ["", "### Module-level names", "",
+             "Public names that are not top level: import them from their module (`from trnlab.data import batches`)."]
+    for name in library_modules():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(name)
+        public = getattr(module, "__all__", None)
+        if public is None:
+            missing.append(name)
+            continue
+        defined = _definitions(module)
+        rows = [(n, defined[n]) for n in public if n in defined and trnlab._MODULE_OF.get(n) != name[7:]]
+        if not rows:
+            continue
+        parts += ["", f"**`{name}`**", "", "| name | what it is |", "|---|---|"]
+        parts += [f"| `{name}.{n}` | {what.replace('|', chr(92) + '|')} |" for n, what in rows]
+    if missing:
+        print(f"modules without __all__ (not listed): {', '.join(missing)}", file=sys.stderr)
+    return parts
+
+
 def api_tables() -> str:
-    """The Markdown of every group's table, between the START and END markers."""
+    """The Markdown of every group's table and every module's table, between the START and END markers."""
     parts = [START]
     for group, names in trnlab.GROUPS.items():
         parts += ["", f"**{group}**", "", "| name | what it is | module |", "|---|---|---|"]
         for name, module in names.items():
             what = summary_line(name).replace("|", "\\|")
             parts.append(f"| `{name}` | {what} | `trnlab.{module}` |")
+    parts += module_tables()
     parts += ["", END]
     return "\n".join(parts)
 

@@ -4,33 +4,60 @@ Each helper is small and named for one idea; the notebooks in ``notebooks/`` cal
 they work the same in your own notebooks. The code takes the ``neuron`` path whenever a
 neuron device is available and runs for real on CUDA or CPU otherwise.
 
-Everything public is importable from ``trnlab`` itself (``trnlab.load_model``,
-``trnlab.launch``, ...) and listed in :data:`__all__`, grouped the way the course teaches.
-Names are imported on first use, so ``import trnlab`` stays fast. Each lives in the module
-of its concern:
+What is exported where (the rule every module follows):
 
-=====================  ===================================================================
-module                 concern
-=====================  ===================================================================
-``settings``           ``TRNLAB_*`` variables, read in one place
-``device``             neuron > cuda > cpu, device maps, dtypes, the doctor's report
-``simulate``           a simulated Neuron device: what the libraries decide on a trn2
-``models``             loading the course model and tokenizer (``TRNLAB_MODEL``)
-``generation``         prompts in one form, generation on an explicit device
-``buckets``            shape bucketing for generation
-``compile_tracking``   counting graphs, the compile backend, forgetting compiled graphs
-``data``               training data with static shapes: fixed length, packing, buckets
-``training``           ``Trainer`` the page's way, with a recorder and a live plot
-``distributed``        the sharded model of claim 10, inside and outside a rank
-``launcher``           ``torchrun`` from a notebook, multi-node commands, Slurm
-``rank_cores``         inside each torchrun rank: its own NeuronCore, then the script
-``planning``           memory per NeuronCore and the mesh that fits
-``plots``              every chart and text table
-``widgets``            interactive controls (ipywidgets) for the notebooks
-``bench``              workload harness and the ``python -m trnlab bench`` commands
-``compat``             every touch of a library's private internals
-``pytest_plugin``      the course's nbval rules for your own CI
-=====================  ===================================================================
+* **Top level** (``trnlab.load_model``, listed in :data:`__all__` and grouped in :data:`GROUPS`
+  the way the course teaches): the names a learner calls in their own notebook, one entry
+  point per idea, as the notebooks and the README teach them. Siblings (the same job on the
+  same kind of thing: ``format_table`` and ``format_steps``, ``padding_waste`` and
+  ``real_tokens``) are exported together. Names are imported on first use, so ``import trnlab``
+  stays fast.
+* **Module level** (``from trnlab.data import batches``): every module lists its public names
+  in its own ``__all__``: the top-level ones it defines plus its building blocks, checks and
+  constants. The README's API section lists both.
+* **Private**: a leading underscore, in no ``__all__``.
+* **Deprecated**: in no ``__all__``; a renamed or retired name or keyword still works for one
+  release (:data:`DEPRECATED_NAMES`, a module's ``__getattr__``, :mod:`trnlab.deprecation`) and
+  warns with a ``FutureWarning`` saying what to write instead.
+
+Each name lives in the module of its concern:
+
+=======================  ==================================================================
+module                   concern
+=======================  ==================================================================
+``settings``             every ``TRNLAB_*`` variable and course default; :func:`knob` for a
+                         notebook's parameter cell; environment changes inside a block
+``deprecation``          renamed names and keywords, for one release
+``compat``               every touch of a library's private internals
+``device``               neuron > cuda > cpu, device maps, dtypes, accelerator memory
+``doctor``               ``python -m trnlab doctor``: the machine report
+``notebook``             the setup call at the top of a notebook, the summary at its end
+``simulate``             a simulated Neuron device: what the libraries decide on a trn2
+``models``               loading the course model and tokenizer (``TRNLAB_MODEL``)
+``generation``           prompts in one form, generation on an explicit device
+``buckets``              shape bucketing for generation
+``compile_tracking``     counting graphs, the compile backend, forgetting compiled graphs
+``data``                 training data with static shapes: fixed length, packing, buckets
+``training``             what surrounds ``TrainingArguments`` and ``Trainer``
+``callbacks``            ``Trainer`` callbacks: the step recorder, the live loss plot, a stop
+``instances``            the Trainium instance table
+``mesh``                 does a ``DistributedConfig`` mesh fit the processes and the model
+``planning``             bytes per NeuronCore and the (tp, fsdp) mesh that fits
+``distributed``          the sharded model of claim 10, inside and outside a rank
+``rank_cores``           inside each torchrun rank: its own NeuronCore, then the script
+``launcher``             building ``torchrun`` commands, multi-node commands, Slurm
+``runner``               starting, streaming and stopping the launched processes
+``cli``                  ``python -m trnlab launch`` / ``plan``: argparse and ``main`` only
+``plots``                every chart
+``tables``               every text table
+``widgets``              interactive controls (ipywidgets) for the notebooks
+``bench.workload``       the generation workload harness: a stream of prompts, graphs per request
+``bench.timing``         first call against steady state, and whether two timings differ
+``bench.generate``,      ``python -m trnlab bench generate`` / ``bench train``
+``bench.train``
+``scripts``              scripts that ``trnlab.launch`` runs under torchrun
+``pytest_plugin``        the course's nbval rules for your own CI
+=======================  ==================================================================
 """
 
 from __future__ import annotations
@@ -43,6 +70,7 @@ __version__ = "0.1.0"
 GROUPS: dict[str, dict[str, str]] = {
     "Set up and check a machine (notebook 01)": {
         "setup": "notebook", "run_summary": "notebook", "read_settings": "settings", "Settings": "settings", "SettingError": "settings",
+        "knob": "settings",
         "show_report": "doctor", "device_report": "device", "detect_backend": "device",
         "pick_device": "device", "resolve_device_map": "device", "resolve_dtype": "device",
         "DeviceNotAvailableError": "device", "accelerator_memory": "device", "format_accelerator_memory": "device",
@@ -59,28 +87,29 @@ GROUPS: dict[str, dict[str, str]] = {
     },
     "Compile, count graphs, bucket shapes (notebook 03)": {
         "compile_backend": "compile_tracking", "generation_compile_config": "compile_tracking",
-        "CompileTracker": "compile_tracking", "forget_compiled_graphs": "compile_tracking", "fresh_neff_cache": "compile_tracking",
-        "graphs_compiled": "compile_tracking", "recompile_log": "compile_tracking",
+        "CompileTracker": "compile_tracking", "forget_compiled_graphs": "compile_tracking",
+        "graphs_compiled": "compile_tracking", "compile_seconds": "compile_tracking",
+        "recompile_limit_hits": "compile_tracking", "recompile_log": "compile_tracking",
         "cold_neff_cache_env": "compile_tracking",
         "ShapeBuckets": "buckets", "PromptTooLongError": "buckets", "bucket_for": "buckets",
         "bucket_pad_tokens": "buckets", "choose_buckets": "buckets", "padding_by_bucket_count": "buckets",
         "bucketed_generate": "generation",
-        "sample_prompt_lengths": "bench", "corpus_prompts": "bench", "run_generation_workload": "bench",
-        "time_generation": "bench", "timings_differ": "bench", "identical_outputs": "bench", "bucket_slider": "widgets",
+        "sample_prompt_lengths": "bench.workload", "corpus_prompts": "bench.workload",
+        "run_generation_workload": "bench.workload", "time_generation": "bench.timing",
+        "timings_differ": "bench.timing", "identical_outputs": "bench.workload", "bucket_slider": "widgets",
     },
     "Train with static shapes (notebook 04)": {
         "NEW_FACT_PROMPT": "data", "training_texts": "data", "fixed_length_dataset": "data",
         "tokenized_dataset": "data", "packed_dataset": "data", "PaddingCollator": "data",
-        "strategy_dataset": "data", "padding_waste": "data", "label_view": "data",
-        "training_arguments": "training", "make_trainer": "training", "train_strategy": "training",
-        "TrainingRecorder": "training", "LiveLossPlot": "training", "StopAtStep": "training",
+        "strategy_dataset": "data", "padding_waste": "data", "real_tokens": "data", "label_view": "data",
+        "TrainingRecorder": "callbacks", "LiveLossPlot": "callbacks", "StopAtStep": "callbacks",
         "last_checkpoint": "training",
     },
     "Shard and launch (notebook 05)": {
         "launch": "launcher", "launch_loopback_nodes": "launcher", "torchrun_command": "launcher",
         "multinode_commands": "launcher", "slurm_script": "launcher", "plan_processes": "launcher",
-        "validate_parallel_sizes": "launcher", "rank_neuron_cores": "launcher", "LaunchConfigError": "launcher",
-        "LaunchResult": "launcher",
+        "validate_parallel_sizes": "mesh", "rank_neuron_cores": "rank_cores", "LaunchConfigError": "mesh",
+        "LaunchResult": "runner",
         "pad_vocabulary": "distributed", "read_run": "distributed",
     },
     "Plan a real run (notebook 06)": {
@@ -89,8 +118,8 @@ GROUPS: dict[str, dict[str, str]] = {
     "Plots and tables": {
         "plot_compile_growth": "plots", "plot_padding_waste": "plots", "plot_buckets": "plots",
         "plot_generation_comparison": "plots",
-        "plot_strategy_comparison": "plots", "format_table": "plots", "plot_mesh": "plots",
-        "plot_losses": "plots", "memory_table": "plots", "placement_table": "plots",
+        "plot_strategy_comparison": "plots", "format_table": "tables", "format_steps": "tables", "plot_mesh": "plots",
+        "plot_losses": "plots", "memory_table": "tables", "placement_table": "tables",
     },
 }
 
@@ -104,10 +133,12 @@ CONSTANTS = {
 
 __all__ = list(_MODULE_OF)
 
-#: Renamed names that still resolve for one release, not in ``__all__``: ``{old name: module}``.
-#: Each warns (``FutureWarning``) with its new name when used.
+#: Deprecated names that still resolve for one release, not in ``__all__``: ``{old name: module}``.
+#: Each warns (``FutureWarning``) when used, saying what to write instead.
 DEPRECATED_NAMES: dict[str, str] = {
     "bucket_padding_tokens": "buckets", "waste_by_bucket_count": "buckets", "reset_compile_state": "compile_tracking",
+    "fresh_neff_cache": "compile_tracking", "training_arguments": "training", "make_trainer": "training",
+    "train_strategy": "training",
 }
 
 

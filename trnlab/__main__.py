@@ -14,8 +14,8 @@ COMMANDS = {
     ("doctor",): "trnlab.doctor:main",
     ("bench", "generate"): "trnlab.bench.generate:main",
     ("bench", "train"): "trnlab.bench.train:main",
-    ("launch",): "trnlab.launcher:main",
-    ("plan",): "trnlab.planning:main",
+    ("launch",): "trnlab.cli.launch:main",
+    ("plan",): "trnlab.cli.plan:main",
 }
 
 

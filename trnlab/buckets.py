@@ -25,6 +25,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from trnlab.deprecation import warn_deprecated as _deprecated
+
+__all__ = [
+    "PromptTooLongError", "ShapeBuckets", "bucket_for", "bucket_pad_tokens", "check_lengths", "choose_buckets",
+    "padding_by_bucket_count",
+]
+
 
 #: What each empty sequence should have held, said in its error.
 _WHAT_TO_PASS = {
@@ -34,7 +41,13 @@ _WHAT_TO_PASS = {
 }
 
 
-def _check_lengths(lengths: Iterable[int], max_positions: int | None = None, what: str = "prompt lengths") -> list[int]:
+def check_lengths(lengths: Iterable[int], max_positions: int | None = None, what: str = "prompt lengths") -> list[int]:
+    """``lengths`` as a list of positive token counts, or a ``TypeError``/``ValueError`` saying what to pass.
+
+    Rejects strings, empty sequences, bools, floats and non-positive values; with
+    ``max_positions`` (the model's ``max_position_embeddings``) also lengths beyond it.
+    ``what`` names the argument in the message (``"prompt lengths"`` or ``"buckets"``).
+    """
     if isinstance(lengths, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of token counts, not a string")
     try:
@@ -70,7 +83,7 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     Raises :class:`PromptTooLongError` when ``length`` exceeds every bucket: padding cannot
     shorten a prompt, and silently cutting it would change the answer.
     """
-    buckets = _check_lengths(buckets, what="buckets")
+    buckets = check_lengths(buckets, what="buckets")
     fitting = [b for b in buckets if b >= length]
     if not fitting:
         raise PromptTooLongError(
@@ -82,8 +95,8 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
 
 def bucket_pad_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:
     """Pad tokens added when each prompt length is padded up to its bucket (see :func:`bucket_for`)."""
-    lengths = _check_lengths(lengths)
-    buckets = sorted(_check_lengths(buckets, what="buckets"))
+    lengths = check_lengths(lengths)
+    buckets = sorted(check_lengths(buckets, what="buckets"))
     return sum(bucket_for(n, buckets) - n for n in lengths)
 
 
@@ -114,7 +127,7 @@ def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = N
     if k < 1:
         raise ValueError(f"k is the number of buckets (graphs you accept to compile): a positive integer, "
                          f"got {given!r}")
-    counts = sorted(Counter(_check_lengths(lengths, max_positions)).items())
+    counts = sorted(Counter(check_lengths(lengths, max_positions)).items())
     values = [v for v, _ in counts]
     if k >= len(values):
         return tuple(values)
@@ -152,7 +165,7 @@ def padding_by_bucket_count(lengths: Iterable[int], max_k: int) -> list[dict]:
     ``padding_waste`` is pad tokens over all tokens the model processes (prompts + pads).
     Returns one dict per ``k``; notebook 03 plots it with :func:`trnlab.plot_padding_waste`.
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
     rows = []
     for k in range(1, max_k + 1):
         buckets = choose_buckets(lengths, k)
@@ -178,7 +191,7 @@ class ShapeBuckets:
     def __post_init__(self):
         if isinstance(self.lengths, int):
             raise TypeError("lengths is a sequence of bucket lengths, e.g. (32, 64, 128), not one int")
-        object.__setattr__(self, "lengths", tuple(sorted(set(_check_lengths(self.lengths, what="buckets")))))
+        object.__setattr__(self, "lengths", tuple(sorted(set(check_lengths(self.lengths, what="buckets")))))
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
 
@@ -208,13 +221,6 @@ class ShapeBuckets:
 # ---------------------------------------------------------------------------------------------
 # Deprecated names (trnlab 0.1 had them in trnlab.generation); removed in trnlab 0.3
 # ---------------------------------------------------------------------------------------------
-
-
-def _deprecated(old: str, write: str) -> None:
-    import warnings
-
-    warnings.warn(f"trnlab.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
-                  FutureWarning, stacklevel=3)
 
 
 def bucket_padding_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:

@@ -1,7 +1,7 @@
 """Every use of a library's private internals, in one place.
 
-trnlab counts compiled graphs, resets generate's compile state and reads Trainer's progress
-bar through attributes that torch, Transformers and Accelerate do not promise to keep. Each
+trnlab counts compiled graphs, resets generate's compile state, reads Trainer's progress
+bar and simulates a Neuron device (:mod:`trnlab.simulate`) through attributes that torch, Transformers and Accelerate do not promise to keep. Each
 such touch is a small named function or constant here, and ``tests/test_compat.py`` checks
 that every one still exists in the installed versions: an upgrade that renames one fails
 that named test instead of silently counting zero graphs. No other trnlab module reaches
@@ -13,6 +13,18 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
+__all__ = [
+    "ACCELERATE_DYNAMIC_ENV_VAR", "ACCELERATE_PARALLELISM_REFUSAL", "CACHED_DETECTIONS", "COMPILE_TIME_METRIC",
+    "DEVICE_MODULE_BAD_FORK_HOOK", "DYNAMO_RECOMPILES_LOGGER", "GENERATE_STATE_ATTRIBUTES", "INTERNALS",
+    "RECOMPILE_LIMIT_EVENT", "accelerate_shared_states", "attention_implementation", "clear_detection_caches",
+    "compile_on_every_device", "cpu_mesh_as_multi_device", "default_compile_config", "dynamo_compile_seconds",
+    "dynamo_counters", "dynamo_recompile_limit", "dynamo_recompile_limit_hits", "dynamo_recompiles_logger",
+    "dynamo_reset", "dynamo_unique_graphs", "forget_generate_state", "generate_cache_length", "hide_progress_table",
+    "is_parallelism_refusal", "model_device_mesh", "no_compile_caches", "notebook_progress_callback_class",
+    "privateuse1_backend_name", "register_device_module", "strided_shard_class", "trainer_dynamo_plugin",
+    "valid_auto_compile_criteria",
+]
 
 # ---------------------------------------------------------------------------------------------
 # torch._dynamo: graph counts, compile time, recompile limit, reset
@@ -208,6 +220,68 @@ def privateuse1_backend_name() -> str:
     return torch._C._get_privateuse1_backend_name()
 
 
+# ---------------------------------------------------------------------------------------------
+# The simulated Neuron device (trnlab.simulate): registering a device module, the libraries'
+# cached answers about Neuron, Accelerate's remembered device, generate's compile decision
+# ---------------------------------------------------------------------------------------------
+
+def register_device_module(name: str, module) -> None:
+    """``torch._register_device_module``: how out-of-tree backends install ``torch.<name>``."""
+    torch._register_device_module(name, module)
+
+
+#: The hook ``torch.manual_seed`` calls on every registered device module before seeding it
+#: (``torch.random``'s ``_bad_fork_name``): a device module defines a method of this name
+#: (:class:`trnlab.simulate.SimulatedNeuronModule` does).
+DEVICE_MODULE_BAD_FORK_HOOK = "_is_in_bad_fork"
+
+#: lru_cache'd library functions whose answer depends on ``torch.neuron`` / CUDA: (module, name).
+#: Transformers caches ``is_torch_neuron_available`` (read by TrainingArguments for the device and
+#: the compile backend) and ``is_torch_bf16_gpu_available`` (read by ``bf16=True`` validation);
+#: Accelerate caches ``is_neuron_available`` (read by PartialState, launch, seeding, ...).
+CACHED_DETECTIONS = (
+    ("transformers.utils.import_utils", "is_torch_neuron_available"),
+    ("transformers.utils.import_utils", "is_torch_bf16_gpu_available"),
+    ("accelerate.utils.imports", "is_neuron_available"),
+)
+
+
+def clear_detection_caches() -> None:
+    """Forget the cached Neuron/bf16 answers of Transformers and Accelerate (``cache_clear()``
+    of the lru_caches in :data:`CACHED_DETECTIONS`; modules not imported yet cache nothing), and
+    torch's ``functools.cache`` of ``torch.get_device_module``, through which ``torch.accelerator``
+    reaches ``torch.neuron`` (without this it keeps asking the module it saw first)."""
+    import sys
+
+    torch.get_device_module.cache_clear()
+    for module_name, function_name in CACHED_DETECTIONS:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            getattr(module, function_name).cache_clear()
+
+
+def accelerate_shared_states() -> list[dict]:
+    """The Borg dicts behind Accelerate's singletons (``PartialState._shared_state``,
+    ``AcceleratorState._shared_state``): they remember the device chosen first in the process.
+    Empty when Accelerate's state module is not imported yet."""
+    import sys
+
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return []
+    return [state.PartialState._shared_state, state.AcceleratorState._shared_state]
+
+
+def valid_auto_compile_criteria(model, model_kwargs: dict, generation_config) -> bool:
+    """``GenerationMixin._valid_auto_compile_criteria``: whether generate() will compile the forward."""
+    return bool(model._valid_auto_compile_criteria(model_kwargs, generation_config))
+
+
+def default_compile_config(model):
+    """``PreTrainedModel._default_compile_config()``: the CompileConfig generate uses by default."""
+    return model._default_compile_config()
+
+
 #: Every private name above, as (what, how to find it): ``tests/test_compat.py`` checks each.
 INTERNALS = {
     "dynamo counters": "torch._dynamo.utils.counters",
@@ -227,4 +301,11 @@ INTERNALS = {
     "model mesh": "PreTrainedModel._device_mesh",
     "strided shard": "torch.distributed.tensor.placement_types._StridedShard",
     "privateuse1 name": "torch._C._get_privateuse1_backend_name",
+    "register device module": "torch._register_device_module",
+    "device module seeding hook": f"torch.random.manual_seed calls <device module>.{DEVICE_MODULE_BAD_FORK_HOOK}()",
+    "cached detections": ", ".join(f"{m}.{f}.cache_clear" for m, f in CACHED_DETECTIONS),
+    "device module cache": "torch.get_device_module.cache_clear",
+    "accelerate shared states": "accelerate.state.PartialState._shared_state, AcceleratorState._shared_state",
+    "auto-compile decision": "GenerationMixin._valid_auto_compile_criteria",
+    "default compile config": "PreTrainedModel._default_compile_config",
 }

@@ -17,6 +17,25 @@ from dataclasses import dataclass, field
 import torch
 
 from trnlab import compat
+from trnlab.deprecation import SummaryDict, warn_deprecated as _deprecated
+from trnlab.settings import environment
+
+__all__ = [
+    "CAPTURE_ONLY_BACKENDS", "DEFAULT_OFF_NEURON_BACKEND", "NEFF_DISABLE_CACHE_VAR", "CallRecord", "CompileTracker",
+    "cold_neff_cache_env", "compile_backend", "compile_seconds", "forget_compiled_graphs", "generation_compile_config",
+    "graphs_compiled", "neuron_graph_metrics", "recompile_limit", "recompile_limit_hits",
+    "recompile_log", "steady_median",
+]
+
+
+def steady_median(seconds) -> float | None:
+    """The median of ``seconds``, the times of calls or steps that compiled nothing (``None`` if none).
+
+    The one definition of "steady state" in trnlab: :attr:`CompileTracker.steady_seconds`, the
+    training recorder, the workload harness and :func:`trnlab.bench.timing.time_generation` use it.
+    """
+    seconds = list(seconds)
+    return statistics.median(seconds) if seconds else None
 
 
 def graphs_compiled() -> int:
@@ -67,13 +86,6 @@ def reset_compile_state(model=None) -> None:
     forget_compiled_graphs(model)
 
 
-def _deprecated(old: str, write: str) -> None:
-    import warnings
-
-    warnings.warn(f"trnlab.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
-                  FutureWarning, stacklevel=3)
-
-
 #: TorchNeuron's switch that turns its on-disk NEFF cache off (read once per process).
 NEFF_DISABLE_CACHE_VAR = "TORCH_NEURONX_NEFF_DISABLE_CACHE"
 
@@ -88,7 +100,9 @@ def cold_neff_cache_env() -> dict[str, str]:
     ``subprocess.run(cmd, env={**os.environ, **trnlab.cold_neff_cache_env()})`` or
     ``trnlab.launch(script, env=trnlab.cold_neff_cache_env())``. TorchNeuron reads its cache
     settings when its cache backend is built, at the first compile: changing them later in a
-    running process (a notebook kernel) has no effect. Off Trainium nothing reads them.
+    running process (a notebook kernel) has no effect. Off Trainium nothing reads them. (The
+    variable and when it is read come from a pre-release TorchNeuron source snapshot, not the
+    official docs.)
     """
     return {NEFF_DISABLE_CACHE_VAR: "1"}
 
@@ -107,7 +121,6 @@ def fresh_neff_cache(enabled: bool = True):
 
 @contextmanager
 def _temporary_neff_cache_dir(enabled: bool):
-    import os
     import shutil
     import tempfile
 
@@ -117,15 +130,10 @@ def _temporary_neff_cache_dir(enabled: bool):
         yield None
         return
     folder = tempfile.mkdtemp(prefix="trnlab-neff-")
-    previous = os.environ.get(NEFF_CACHE_VAR)
-    os.environ[NEFF_CACHE_VAR] = folder
     try:
-        yield folder
+        with environment(**{NEFF_CACHE_VAR: folder}):
+            yield folder
     finally:
-        if previous is None:
-            os.environ.pop(NEFF_CACHE_VAR, None)
-        else:
-            os.environ[NEFF_CACHE_VAR] = previous
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -188,20 +196,30 @@ def recompile_limit(limit: int | None):
 CAPTURE_ONLY_BACKENDS = ("eager", "aot_eager")
 
 
+#: The course's backend off Neuron: dynamo captures and counts every graph (a new one per new
+#: shape, as on Neuron), then runs it as ordinary PyTorch, so counting is cheap and compiled
+#: tokens equal eager ones. Ask for ``"inductor"`` (or any backend) to optimise the graphs.
+DEFAULT_OFF_NEURON_BACKEND = "eager"
+
+
 def compile_backend(device: torch.device | str, requested: str | None = None, *,
-                    cpu_default: str = "inductor") -> str:
+                    cpu_default: str | None = None) -> str:
     """The ``torch.compile`` backend to use on ``device``: decided here, and only here.
 
     * On Neuron: ``"neuron"``, the backend that builds Trainium graphs (Transformers picks it
       too). Asking for another one there raises ``ValueError``: inductor and the others
       cannot compile for a NeuronCore.
-    * Elsewhere: ``requested`` if given, else ``cpu_default`` on CPU and ``"inductor"`` on
-      GPUs. Notebook 04 passes ``cpu_default="eager"`` (dynamo's graphs, same count and
-      recompiles, run without inductor's minutes-long C++ compile on a 2-core machine).
+    * Elsewhere (CPU and GPUs alike): ``requested`` if given, else ``"eager"``
+      (:data:`DEFAULT_OFF_NEURON_BACKEND`): the same graphs and recompiles, counted in seconds,
+      with the same tokens as without compiling. Pass ``requested="inductor"`` for speed.
 
-    Used by :func:`generation_compile_config`, :func:`trnlab.training_arguments` and both
-    benchmarks, so the Python API and the CLI agree.
+    ``cpu_default`` is deprecated (it set the CPU default, now ``"eager"``): pass
+    ``requested`` instead. Used by :func:`generation_compile_config`, notebooks 03 and 04 and
+    both benchmarks, so the Python API and the CLI agree.
     """
+    if cpu_default is not None:
+        _deprecated("compile_backend(..., cpu_default=...)",
+                    "trnlab.compile_backend(device, requested) (off Neuron the default is now 'eager')")
     device_type = torch.device(device).type
     if device_type == "neuron":
         if requested not in (None, "neuron"):
@@ -210,7 +228,9 @@ def compile_backend(device: torch.device | str, requested: str | None = None, *,
         return "neuron"
     if requested:
         return requested
-    return cpu_default if device_type == "cpu" else "inductor"
+    if cpu_default is not None and device_type == "cpu":
+        return cpu_default
+    return DEFAULT_OFF_NEURON_BACKEND
 
 
 def generation_compile_config(device: torch.device | str, backend: str | None = None):
@@ -251,7 +271,7 @@ class CompileTracker:
     ...     for batch in batches:
     ...         with tracker.call("generate"):
     ...             model.generate(**batch)
-    >>> print(tracker.summary())
+    >>> print(tracker.describe())
 
     Values are live inside the block and frozen at its end. ``calls`` holds one
     :class:`CallRecord` per :meth:`call`; calls that compiled nothing are the steady state.
@@ -343,10 +363,22 @@ class CompileTracker:
     @property
     def steady_seconds(self) -> float | None:
         """Median time of the calls that compiled nothing (``None`` if every call compiled)."""
-        steady = [c.seconds for c in self.calls if c.new_graphs == 0]
-        return statistics.median(steady) if steady else None
+        return steady_median(c.seconds for c in self.calls if c.new_graphs == 0)
 
-    def summary(self) -> str:
+    def summary(self) -> dict:
+        """The block's figures as a dict: graphs, compile seconds, calls, first call and steady state.
+
+        Until trnlab 0.3 the dict also behaves like :meth:`describe`'s text where a string was
+        expected (``print``, ``str``, ``+``, ``in``, ``==``, string methods), with a
+        ``FutureWarning`` for all but ``print``/``str``: ``summary()`` returned that text before.
+        """
+        steady = sum(c.new_graphs == 0 for c in self.calls)
+        return SummaryDict("CompileTracker", self.describe(), {
+            "graphs": self.graphs, "compile_seconds": self.compile_seconds, "calls": len(self.calls),
+            "first_call_seconds": self.first_call_seconds, "steady_seconds": self.steady_seconds,
+            "steady_calls": steady, "recompile_limit_hits": self.recompile_limit_hits})
+
+    def describe(self) -> str:
         """One line: graphs, compile seconds, first call and steady-state time."""
         text = f"{self.graphs} graph(s) compiled, {self.compile_seconds:.2f} s compiling"
         if self.calls:
@@ -369,3 +401,4 @@ class CompileTracker:
                          "new_graphs": c.new_graphs, "graphs_so_far": total,
                          "compile_seconds": c.compile_seconds, "compile_seconds_so_far": total_seconds})
         return rows
+

@@ -28,6 +28,13 @@ from dataclasses import dataclass
 import torch
 
 from trnlab.assets.corpus import DAYS, NAMES, TOWNS, generate_documents
+from trnlab.deprecation import renamed_keywords
+
+__all__ = [
+    "IGNORE_INDEX", "NEW_FACT_PROMPT", "NEW_LAWS", "NEW_PLACES", "PaddingCollator", "STRATEGIES", "batch_shapes",
+    "batches", "check_length", "default_buckets", "fixed_length_dataset", "label_view", "packed_dataset",
+    "padding_waste", "real_tokens", "require_pad_token", "strategy_dataset", "tokenized_dataset", "training_texts",
+]
 
 #: Label value the loss ignores (``torch.nn.CrossEntropyLoss(ignore_index=-100)``).
 IGNORE_INDEX = -100
@@ -114,7 +121,7 @@ def _max_positions(tokenizer, max_positions: int | None) -> int | None:
     return limit if isinstance(limit, int) and limit < 1_000_000 else None
 
 
-def check_length(length: int, max_positions: int | None, what: str = "max_length") -> int:
+def check_length(length: int, max_positions: int | None, what: str = "length") -> int:
     """Return ``length`` if it is a positive int the model's positions cover, else raise ``ValueError``."""
     if not isinstance(length, int) or length < 2:
         raise ValueError(f"{what} must be an int of at least 2 (one token and its next), got {length!r}")
@@ -145,35 +152,39 @@ def _row(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, tor
 # Building the rows
 
 
-def fixed_length_dataset(tokenizer, texts: Sequence[str], max_length: int, *,
+@renamed_keywords(max_length="length")
+def fixed_length_dataset(tokenizer, texts: Sequence[str], length: int, *,
                          max_positions: int | None = None) -> list[dict]:
-    """Rows all ``max_length`` long: ``padding="max_length"``, truncation, EOS after each text.
+    """Rows all ``length`` tokens long: ``padding="max_length"``, truncation, EOS after each text.
 
     The page's recipe for static shapes (claim 9): one input shape whatever the texts, so with
     ``dataloader_drop_last=True`` training compiles one graph. Padding goes on the right and
     its labels are ``-100``. ``max_positions`` (default: the tokenizer's ``model_max_length``)
     is checked, so pass ``model.config.max_position_embeddings`` for another model.
+    (``max_length=``, its old name, still works with a ``FutureWarning``.)
     """
     require_pad_token(tokenizer)  # the tokenizer pads with it
-    check_length(max_length, _max_positions(tokenizer, max_positions))
+    check_length(length, _max_positions(tokenizer, max_positions))
     texts = _check_texts(texts)
     eos = tokenizer.eos_token or ""
     encoded = tokenizer([t + eos for t in texts], padding="max_length", truncation=True,
-                        max_length=max_length, padding_side="right", return_tensors="pt")
+                        max_length=length, padding_side="right", return_tensors="pt")
     return [_row(ids, mask) for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
 
 
-def tokenized_dataset(tokenizer, texts: Sequence[str], max_length: int, *,
+@renamed_keywords(max_length="length")
+def tokenized_dataset(tokenizer, texts: Sequence[str], length: int, *,
                       max_positions: int | None = None) -> list[dict]:
-    """Rows of their own length (EOS appended, truncated to ``max_length``), no padding yet.
+    """Rows of their own length (EOS appended, truncated to ``length`` tokens), no padding yet.
 
     Padding happens per batch in :class:`PaddingCollator`: to the batch's longest row (dynamic
     padding) or to a bucket length. Notebook 04 uses it to show the recompiles.
+    (``max_length=``, its old name, still works with a ``FutureWarning``.)
     """
-    check_length(max_length, _max_positions(tokenizer, max_positions))
+    check_length(length, _max_positions(tokenizer, max_positions))
     texts = _check_texts(texts)
     eos = tokenizer.eos_token or ""
-    encoded = tokenizer([t + eos for t in texts], truncation=True, max_length=max_length)
+    encoded = tokenizer([t + eos for t in texts], truncation=True, max_length=length)
     rows = []
     for ids in encoded["input_ids"]:
         ids = torch.tensor(ids, dtype=torch.long)
@@ -181,31 +192,33 @@ def tokenized_dataset(tokenizer, texts: Sequence[str], max_length: int, *,
     return rows
 
 
-def packed_dataset(tokenizer, texts: Sequence[str], block_length: int, *,
+@renamed_keywords(block_length="length")
+def packed_dataset(tokenizer, texts: Sequence[str], length: int, *,
                    max_positions: int | None = None) -> list[dict]:
-    """Documents joined with EOS between them, cut into ``block_length`` blocks; no padding.
+    """Documents joined with EOS between them, cut into blocks of ``length`` tokens; no padding.
 
     Every token is real, so no compute is spent on padding, and every block has one shape.
     ``labels`` equal ``input_ids`` everywhere: the EOS that ends a document is a real target
     (the model learns where documents end) and the first token of the next document is
     predicted from it. The tokens left over after the last full block are dropped. Raises
-    ``ValueError`` when the texts hold fewer tokens than one block.
+    ``ValueError`` when the texts hold fewer tokens than one block. (``block_length=``, its old
+    name, still works with a ``FutureWarning``.)
     """
     if tokenizer.eos_token_id is None:
         raise ValueError("packing separates documents with EOS, but this tokenizer has no eos_token: "
                          "set tokenizer.eos_token to the model's end-of-text token")
-    check_length(block_length, _max_positions(tokenizer, max_positions), "block_length")
+    check_length(length, _max_positions(tokenizer, max_positions))
     texts = _check_texts(texts)
     ids: list[int] = []
     for encoded in tokenizer(texts)["input_ids"]:
         ids.extend(encoded)
         ids.append(tokenizer.eos_token_id)
-    if len(ids) < block_length:
+    if len(ids) < length:
         raise ValueError(
             f"packing needs at least one full block: the {len(texts)} text(s) hold {len(ids)} tokens "
-            f"(EOS included) but block_length is {block_length}. Give more texts or a smaller block_length.")
-    usable = len(ids) // block_length * block_length
-    blocks = torch.tensor(ids[:usable], dtype=torch.long).view(-1, block_length)
+            f"(EOS included) but the block length is length={length}. Give more texts or a smaller length.")
+    usable = len(ids) // length * length
+    blocks = torch.tensor(ids[:usable], dtype=torch.long).view(-1, length)
     return [_row(block, torch.ones_like(block)) for block in blocks]
 
 
@@ -249,7 +262,7 @@ class PaddingCollator:
         if i == len(self.lengths):
             raise ValueError(
                 f"a row has {longest} tokens, more than the largest allowed length {self.lengths[-1]}: "
-                f"build the dataset with max_length <= {self.lengths[-1]} so every row fits")
+                f"build the dataset with length <= {self.lengths[-1]} so every row fits")
         return self.lengths[i]
 
     def __call__(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -23,13 +23,26 @@ from pathlib import Path
 
 import torch
 
+from trnlab.rank_cores import VISIBLE_CORES_VAR, visible_cores_setting
+
+__all__ = ["BACKENDS", "NEURON_ENV_VARS", "NEFF_CACHE_VAR", "DEFAULT_NEFF_CACHE", "INSTALL_HINTS",
+           "AUTO_ON_NEURON_WARNING", "DeviceNotAvailableError", "neuron_module", "current_accelerator",
+           "backend_available", "detect_backend", "device_count", "bf16_supported", "package_versions",
+           "neff_cache_summary", "neuron_ls_output", "neuron_core_holders", "format_core_holders",
+           "DeviceReport", "device_report", "pick_device", "resolve_dtype", "resolve_device_map",
+           "accelerator_memory", "format_accelerator_memory", "RELEASE_CORES_HINT", "core_holders_notice"]
+
+#: Device types trnlab knows, in the order :func:`detect_backend` tries them.
 BACKENDS = ("neuron", "cuda", "cpu")
 
 #: Neuron runtime and compiler variables that change what a process sees or builds.
-NEURON_ENV_VARS = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")
+NEURON_ENV_VARS = (VISIBLE_CORES_VAR, "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")
+#: Environment variable naming torch-neuronx's compiled-graph (NEFF) cache folder.
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+#: The NEFF cache folder when :data:`NEFF_CACHE_VAR` is unset.
 DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 
+#: What to install for each device type, by backend name (in messages).
 INSTALL_HINTS = {
     "neuron": (
         "torch-neuronx is not installed or sees no NeuronCore. The native neuron device "
@@ -46,7 +59,7 @@ INSTALL_HINTS = {
     ),
 }
 
-# Accelerate's "auto" cannot enumerate NeuronCores; this is the page's warning, word for word in spirit.
+#: Accelerate's ``device_map="auto"`` cannot enumerate NeuronCores: the page's warning, word for word in spirit.
 AUTO_ON_NEURON_WARNING = (
     "device_map='auto' does not see Neuron: Accelerate cannot enumerate neuron devices, so "
     "from_pretrained would load the model silently on CPU. Using device_map='neuron' instead; "
@@ -368,7 +381,7 @@ def format_accelerator_memory(device: torch.device | str) -> str:
     memory = accelerator_memory(device)
     if memory is None:
         return (f"{device}: the CPU has no such counter (torch.accelerator.memory_allocated counts the memory "
-                "of an accelerator, CUDA or Neuron); here the weights are in this process's RAM.")
+                "of an accelerator, CUDA or Neuron); on CPU, tensors live in this process's ordinary RAM.")
     return (f"{device}: {_mib(memory['allocated'])} allocated by tensors now, {_mib(memory['max_allocated'])} "
             "at most so far (torch.accelerator.memory_allocated / max_memory_allocated)")
 
@@ -390,7 +403,7 @@ def core_holders_notice(neuron_ls_text: str | None, backend: str | None = None,
     as another holder.
     """
     backend = backend or detect_backend()
-    visible = os.environ.get("NEURON_RT_VISIBLE_CORES")
+    visible = visible_cores_setting()
     if neuron_ls_text is None:
         if backend != "neuron":
             return ("NeuronCores: none on this machine (no neuron-ls, no neuron device). On a trn2, setup() "

@@ -28,6 +28,11 @@ from pathlib import Path
 import torch
 
 from trnlab import compat
+from trnlab.settings import quiet_transformers
+
+__all__ = ["quiet_rank_output", "pad_vocabulary", "mesh_position", "parameter_placements", "rank_report",
+           "global_batches", "shard_of_batch", "build_trainer", "TrainingRun", "train_single_process",
+           "reshard", "batch_loss", "greedy_text", "save_sharded", "write_json", "read_run"]
 
 #: The course's mesh: 2 tensor-parallel x 2 FSDP ranks = 4 processes (claim 10).
 TP_SIZE, FSDP_SIZE = 2, 2
@@ -104,21 +109,14 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
         return name
     output_dir = Path(output_dir).expanduser()
     _check_output_folder(output_dir, overwrite)
-    from transformers.utils import logging as hf_logging
-
     torch.manual_seed(seed)
     model = load_model(name, device="cpu", dtype=torch.float32)
     model.resize_token_embeddings(pad_to_multiple_of=multiple)
     padded = model.config.vocab_size
     if padded < vocab or padded % multiple:  # resize rounds up; a change there must not cut rows
         raise RuntimeError(f"resize_token_embeddings gave {padded} rows for {vocab} and multiple={multiple}")
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with quiet_transformers(logs=False, progress_bars=True):
         model.save_pretrained(output_dir)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
     load_tokenizer(name).save_pretrained(output_dir)
     saved = load_config(output_dir).vocab_size  # save_pretrained only logs its errors: read back
     if saved != padded:

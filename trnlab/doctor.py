@@ -23,6 +23,9 @@ from trnlab.device import (DeviceNotAvailableError, DeviceReport, device_report,
 from trnlab.models import BUNDLED_MODEL_DIR, MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
 from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_setting, setting_problems
 
+__all__ = ["CHECKED_PACKAGES", "required_versions", "Check", "run_checks", "format_report", "show_report",
+           "main"]
+
 #: The packages whose versions doctor checks against what trnlab's own metadata requires.
 CHECKED_PACKAGES = ("transformers", "accelerate")
 
@@ -42,6 +45,8 @@ def required_versions() -> dict[str, str]:
 
 @dataclass
 class Check:
+    """One line of the machine report: what was checked, whether it passed, and the detail."""
+
     name: str
     ok: bool
     detail: str
@@ -166,6 +171,7 @@ def show_report() -> DeviceReport:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m trnlab doctor [--json]``: print the machine report; exit status 1 if a check failed."""
     parser = argparse.ArgumentParser(prog="python -m trnlab doctor",
                                      description="Check that this machine can run the course.")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

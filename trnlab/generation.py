@@ -32,6 +32,12 @@ from trnlab import compat
 from trnlab.buckets import ShapeBuckets, bucket_for
 from trnlab.compile_tracking import generation_compile_config
 
+__all__ = [
+    "Prompts", "TensorInfo", "bucketed_generate", "first_sentence", "format_forward_calls", "generate_batch",
+    "generate_compile_kwargs", "moved_to_model_device", "pad_token_lists", "prompt_token_ids", "record_forward_inputs",
+    "show_padding", "tokenize_batch",
+]
+
 #: What every prompt argument accepts: one string, strings, or token ids (see :func:`prompt_token_ids`).
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]], torch.Tensor]
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from contextlib import contextmanager
@@ -14,11 +15,20 @@ from urllib.parse import urlparse
 
 from trnlab.assets.build import BUNDLED_MODEL_DIR
 from trnlab.device import pick_device, resolve_device_map, resolve_dtype
+from trnlab.instances import PlanError
 from trnlab.settings import MODEL_ENV_VAR, read_settings
+
+__all__ = ["CONFIG_FILE", "WEIGHT_PATTERNS", "TOKENIZER_FILES", "ModelNotAvailableError", "model_name",
+           "is_bundled", "hub_reachable", "missing_model_files", "model_source", "explained_load_errors",
+           "CONFIG_DIR", "SHIPPED_MODELS", "NOT_CONFIG_SUFFIXES", "ConfigError", "text_config",
+           "config_from_dict", "shipped_config", "read_config_file", "load_config", "load_tokenizer",
+           "progress_bars", "load_model", "parameter_count"]
 
 #: What a model folder needs, by what reads it: config, weights (any of these), tokenizer.
 CONFIG_FILE = "config.json"
+#: Weight files a model folder may hold (any of these).
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+#: Tokenizer files a model folder may hold (any of these).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
@@ -148,14 +158,121 @@ def explained_load_errors(name: str):
         raise _not_available(name, exc) from exc
 
 
-def load_config(name: str | os.PathLike | None = None, **kwargs):
-    """The Transformers config of model ``name`` (see :func:`model_name`): no weights, offline-aware.
+# ---------------------------------------------------------------------------------------------
+# Configs: one lookup for the package (the planner, the mesh check, the launcher, the notebooks)
+# ---------------------------------------------------------------------------------------------
 
-    Used by :func:`trnlab.validate_parallel_sizes` and :func:`trnlab.plan_memory` to check a
-    mesh or estimate memory before anything heavy is loaded.
+#: The folder of the Qwen3 configs shipped with the course (published config.json values).
+CONFIG_DIR = Path(__file__).resolve().parent / "assets" / "configs"
+#: The shipped Qwen3 configs by hub name (``Qwen/Qwen3-8B``): planned offline.
+SHIPPED_MODELS: dict[str, Path] = {
+    f"Qwen/{size}": CONFIG_DIR / f"{size}.json"
+    for size in ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B", "Qwen3-32B")
+}
+
+#: File endings of weights, tokenizers and other files that sit next to a config.json.
+NOT_CONFIG_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx",
+                       ".model", ".index.json")
+
+
+class ConfigError(PlanError):
+    """A model config that cannot be read or lacks a needed field; the message names the fix.
+
+    A :class:`trnlab.planning.PlanError`, so the planner's and the mesh check's ``except`` catch it.
+    """
+
+
+def text_config(config):
+    """The language-model part of ``config`` (a multimodal config nests it), else ``config`` itself."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _is_config(value) -> bool:
+    return hasattr(value, "to_dict") and hasattr(value, "model_type")
+
+
+def config_from_dict(values: dict, where: str = "the config dict", required: tuple = (), why: str = ""):
+    """A Transformers config from config.json values (a nested ``text_config`` is used if present).
+
+    Raises :class:`ConfigError` naming what is missing: ``model_type`` and any of ``required``
+    (``why`` is appended to that message).
     """
     from transformers import AutoConfig
 
+    if "text_config" in values and isinstance(values["text_config"], dict):
+        values = {**values["text_config"], "model_type": values["text_config"].get("model_type",
+                                                                                     values.get("model_type"))}
+    missing = [f for f in required if values.get(f) is None] + ([] if values.get("model_type") else ["model_type"])
+    if missing:
+        raise ConfigError(f"{where} lacks {', '.join(missing)}{why}")
+    kwargs = {k: v for k, v in values.items() if k != "model_type"}
+    try:
+        return AutoConfig.for_model(values["model_type"], **kwargs)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"{where}: model_type {values['model_type']!r} is unknown to this Transformers "
+                          f"({exc})") from exc
+
+
+def shipped_config(name: str | os.PathLike):
+    """The shipped Qwen3 config called ``name`` (``"Qwen/Qwen3-8B"`` or ``"Qwen3-8B"``), offline; else None."""
+    wanted = str(name).strip().lower()
+    for hub_name, path in SHIPPED_MODELS.items():
+        if wanted in (hub_name.lower(), hub_name.split("/")[1].lower()):
+            config = config_from_dict(json.loads(path.read_text()), str(path))
+            config.name_or_path = hub_name
+            return config
+    return None
+
+
+def _not_a_config(file: Path, why: str) -> ConfigError:
+    folder = file.parent
+    where = (f"the folder {folder} holds a config.json: pass --model {folder}" if (folder / CONFIG_FILE).is_file()
+             else "pass the model's folder (the one with config.json), or the config.json itself")
+    return ConfigError(f"{file} is not a model config ({why}): {where}.")
+
+
+def read_config_file(file: str | os.PathLike, required: tuple = (), why: str = ""):
+    """The config in a config JSON file (see :func:`config_from_dict` for ``required`` and ``why``).
+
+    A weights file, a binary file or JSON that is not an object gets a :class:`ConfigError`
+    naming the folder to pass instead.
+    """
+    file = Path(file)
+    name = file.name.lower()
+    if name.endswith(NOT_CONFIG_SUFFIXES):
+        kind = ".index.json" if name.endswith(".index.json") else file.suffix
+        raise _not_a_config(file, f"a {kind} file holds weights or tokenizer data, not the model's sizes")
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise _not_a_config(file, "a binary file, not JSON") from None
+    except json.JSONDecodeError as exc:
+        raise _not_a_config(file, f"not JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise _not_a_config(file, f"JSON of a {type(values).__name__}, not a config object")
+    return config_from_dict(values, str(file), required, why)
+
+
+def load_config(name=None, **kwargs):
+    """The Transformers config of a model: no weights, offline where it can be.
+
+    ``name`` may be a config (returned as is), a model (its ``.config``), a dict of config
+    values, a shipped Qwen3 name (:data:`SHIPPED_MODELS`, no network), a folder or hub name
+    (``from_pretrained``, checked first: see :func:`model_source`), or ``None`` (see
+    :func:`model_name`). Used by the planner, the mesh check and the launcher before anything
+    heavy is loaded; keyword arguments go to ``AutoConfig.from_pretrained``.
+    """
+    from transformers import AutoConfig
+
+    if _is_config(name):
+        return name
+    if _is_config(getattr(name, "config", None)):
+        return name.config
+    if isinstance(name, dict):
+        return config_from_dict(dict(name))
+    shipped = None if kwargs else shipped_config(model_name(name))
+    if shipped is not None:
+        return shipped
     source = model_source(name, "config")
     with explained_load_errors(source):
         return AutoConfig.from_pretrained(source, **kwargs)

@@ -11,6 +11,8 @@ from trnlab.compile_tracking import graphs_compiled, neuron_graph_metrics
 from trnlab.device import core_holders_notice, neuron_ls_output, package_versions, pick_device
 from trnlab.settings import read_settings
 
+__all__ = ["COMPILE_TIME_SOURCE", "setup", "run_summary"]
+
 #: Where the trn2 per-compile estimate of :func:`run_summary` comes from (a published statement,
 #: not a measurement of this course: no compile time of the tiny course model is published).
 COMPILE_TIME_SOURCE = ('Neuron docs, "How to optimize a model with torch.compile": the first call with a new '

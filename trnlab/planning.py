@@ -14,7 +14,7 @@ how many bytes does each rank hold, and which ``DistributedConfig(tp_size, fsdp_
   if it fits, else tensor parallelism inside one chip ("Keep TP4 within a chip") with FSDP
   between chips, the least activation checkpointing that fits, TP across chips only as a last
   resort; serving uses independent replicas without FSDP. Meshes the model cannot take are
-  rejected (:func:`trnlab.launcher.validate_parallel_sizes`). When nothing fits it says what
+  rejected (:func:`trnlab.mesh.validate_parallel_sizes`). When nothing fits it says what
   would (more nodes, a larger instance, a smaller batch, checkpointing), computed, not guessed.
 * ``python -m trnlab plan --model Qwen/Qwen3-8B --instance trn2.48xlarge [--train]`` prints
   the same; it works offline for the Qwen3 configs shipped in ``trnlab/assets/configs``.
@@ -26,19 +26,24 @@ hold); activations are an estimate. Used by notebook 06 ("Plan a real run").
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-try:  # trnlab.launch was renamed trnlab.launcher; accept either
-    from trnlab.launcher import LaunchConfigError, validate_parallel_sizes
-except ImportError:
-    from trnlab.launch import LaunchConfigError, validate_parallel_sizes
+from trnlab.deprecation import SummaryDict, warn_deprecated
+from trnlab.instances import (  # noqa: F401  (re-exported: trnlab.planning.INSTANCES etc. keep working)
+    INSTANCES, LNC_URL, TORCHNEURON_QUICKSTART_URL, TRAINIUM2_URL, TRAINIUM3_URL, TRN2_ARCH_URL, TRN3_ARCH_URL,
+    UNSUPPORTED_INSTANCES, GiB, Instance, InstanceError, PlanError, get_instance)
+
+from trnlab.mesh import LaunchConfigError, divisors, tp_misfits, tp_sizes_that_fit, validate_parallel_sizes
+from trnlab.models import (  # noqa: F401  (CONFIG_DIR, SHIPPED_MODELS re-exported)
+    CONFIG_DIR, SHIPPED_MODELS, config_from_dict, load_config, model_name, read_config_file, shipped_config,
+    text_config)
+from trnlab.settings import DEFAULT_INSTANCE
 
 __all__ = [
     "PlanError",
@@ -51,10 +56,17 @@ __all__ = [
     "MemoryPlan",
     "MeshCandidate",
     "MeshPlan",
-    "resolve_config",
+    "config_and_label",
     "get_instance",
     "parameter_shards",
     "plan_memory",
+    "parameter_bytes",
+    "gradient_bytes",
+    "optimizer_bytes",
+    "fsdp_buffer_bytes",
+    "train_activation_bytes",
+    "inference_activation_bytes",
+    "kv_cache_bytes",
     "plan_mesh",
     "CHECKPOINTING",
     "checkpointing_mode",
@@ -63,144 +75,35 @@ __all__ = [
     "BACKWARD_PER_FORWARD",
     "SELECTIVE_ACTIVATION_FORMULA",
     "AWS_QWEN3_8B_RECIPE",
+    "TRAINING_BEST_PRACTICES_URL",
+    "TORCHTITAN_TUTORIAL_URL",
+    "REQUIRED_FIELDS",
+    "DTYPE_BYTES",
+    "COMPONENTS",
+    "COMPONENT_LABELS",
+    "TRAIN_ACTIVATION_FORMULA",
+    "INFERENCE_ACTIVATION_FORMULA",
+    "ACTIVATION_FORMULA",
     "format_plan",
     "plot_memory_plan",
-    "main",
 ]
 
-GiB = 1024 ** 3
-
-
-class PlanError(ValueError):
-    """A plan that cannot be made: unknown instance or model, a mesh the model cannot take,
-    a config missing fields, or a workload no mesh fits. The message says what to change."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Instances
-# ---------------------------------------------------------------------------------------------
-
-#: Where the instance figures come from (Neuron docs).
-TRN2_ARCH_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trn2-arch.html"
-TRAINIUM2_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium2.html"
-TRN3_ARCH_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/arch/neuron-hardware/trn3-arch.html"
-TRAINIUM3_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/arch/neuron-hardware/trainium3.html"
-LNC_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html"
+#: Neuron's training guidance the mesh advice follows.
 TRAINING_BEST_PRACTICES_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/best-practices.html"
+#: Neuron's TorchTitan training tutorial (the layer-level selective checkpointing the planner models).
 TORCHTITAN_TUTORIAL_URL = ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/torchtitan/tutorials/"
                            "tutorial-basic-training.html")
-TORCHNEURON_QUICKSTART_URL = ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/get-started/"
-                              "quickstart-torch-neuron.html")
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One Trainium machine (or UltraServer) as the planner sees it.
-
-    ``logical_cores`` = chips x physical NeuronCores per chip / LNC: one process (rank) per
-    logical core. ``hbm_per_core`` is the chip's HBM divided between its logical cores, before
-    the runtime's own overhead (the docs: "approximately 24 GiB of HBM per rank" on trn2).
-    ``hosts`` is the number of machines (torchrun nodes) it is made of.
-    """
-
-    name: str
-    family: str                    # "trn2" or "trn3"
-    chips: int
-    hbm_per_chip_gib: int
-    physical_cores_per_chip: int = 8
-    lnc: int = 2                   # NEURON_LOGICAL_NC_CONFIG default on Trn2 and later
-    hosts: int = 1
-    source: str = ""
-
-    @property
-    def cores_per_chip(self) -> int:
-        return self.physical_cores_per_chip // self.lnc
-
-    @property
-    def logical_cores(self) -> int:
-        return self.chips * self.cores_per_chip
-
-    @property
-    def cores_per_host(self) -> int:
-        return self.logical_cores // self.hosts
-
-    @property
-    def hbm_per_core(self) -> int:
-        """Bytes of HBM per logical NeuronCore."""
-        return self.hbm_per_chip_gib * GiB // self.cores_per_chip
-
-    @property
-    def hbm_total(self) -> int:
-        return self.hbm_per_chip_gib * GiB * self.chips
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "family": self.family, "chips": self.chips,
-                "hbm_per_chip_gib": self.hbm_per_chip_gib, "lnc": self.lnc, "hosts": self.hosts,
-                "logical_cores": self.logical_cores, "cores_per_host": self.cores_per_host,
-                "hbm_per_core_bytes": self.hbm_per_core, "hbm_total_bytes": self.hbm_total,
-                "source": self.source}
-
-
-#: Instances the native ``neuron`` device (TorchNeuron) supports, with their figures from the
-#: Neuron docs. Trainium2: 8 physical NeuronCore-v3 and 96 GiB HBM per chip (TRAINIUM2_URL);
-#: trn2.48xlarge / trn2u.48xlarge: 16 chips, 1,536 GiB (TRN2_ARCH_URL); a Trn2 UltraServer is
-#: four trn2u.48xlarge (TRN2_ARCH_URL); trn2.3xlarge: one Trainium2 chip (named as a TorchNeuron
-#: instance in TORCHNEURON_QUICKSTART_URL; 4 logical cores, see the course's trainium-facts).
-#: Trainium3: 8 NeuronCore-v4 and 144 GiB per chip (TRAINIUM3_URL); the docs give Trn3 only as
-#: UltraServers: Gen1 = 4 servers x 16 chips, Gen2 = 36 servers x 4 chips (TRN3_ARCH_URL).
-#: Default LNC=2 on Trn2 and later (LNC_URL): 4 logical cores per chip. Single trn3 instance
-#: sizes are left out: the docs do not give them.
-INSTANCES: dict[str, Instance] = {inst.name: inst for inst in (
-    Instance("trn2.3xlarge", "trn2", chips=1, hbm_per_chip_gib=96, source=TORCHNEURON_QUICKSTART_URL),
-    Instance("trn2.48xlarge", "trn2", chips=16, hbm_per_chip_gib=96, source=TRN2_ARCH_URL),
-    Instance("trn2u.48xlarge", "trn2", chips=16, hbm_per_chip_gib=96, source=TRN2_ARCH_URL),
-    Instance("trn2-ultraserver", "trn2", chips=64, hbm_per_chip_gib=96, hosts=4, source=TRN2_ARCH_URL),
-    Instance("trn3-gen1-ultraserver", "trn3", chips=64, hbm_per_chip_gib=144, hosts=4, source=TRN3_ARCH_URL),
-    Instance("trn3-gen2-ultraserver", "trn3", chips=144, hbm_per_chip_gib=144, hosts=36, source=TRN3_ARCH_URL),
-)}
-
-#: Known Trainium instances the native ``neuron`` device does not run on, and why.
-UNSUPPORTED_INSTANCES: dict[str, str] = {
-    name: ("trn1 (Trainium, 2 NeuronCore-v2 and 32 GiB per chip) has no native `neuron` device: "
-           "TorchNeuron supports trn2 and trn3 only, and trn1 keeps the older XLA-based torch-neuronx "
-           "(torch-xla, neuron_parallel_compile). This course and planner target trn2/trn3: use e.g. "
-           "trn2.48xlarge.")
-    for name in ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge")
-}
-
-
-def get_instance(name: str | Instance) -> Instance:
-    """The :class:`Instance` called ``name`` (e.g. ``"trn2.48xlarge"``), from :data:`INSTANCES`.
-
-    Raises :class:`PlanError` for trn1 (not supported by the native device, says why) and for
-    unknown names (lists the known ones). Used by :func:`plan_mesh` and ``python -m trnlab plan``.
-    """
-    if isinstance(name, Instance):
-        return name
-    key = str(name).strip().lower()
-    if key in INSTANCES:
-        return INSTANCES[key]
-    if key in UNSUPPORTED_INSTANCES or key.startswith(("trn1.", "trn1n.")):
-        raise PlanError(f"{name}: {UNSUPPORTED_INSTANCES.get(key, UNSUPPORTED_INSTANCES['trn1.32xlarge'])}")
-    raise PlanError(f"unknown instance {name!r}: use one of {', '.join(INSTANCES)} "
-                    f"(figures from the Neuron docs; trn1 is not supported by the native neuron device).")
 
 
 # ---------------------------------------------------------------------------------------------
 # Model configs
 # ---------------------------------------------------------------------------------------------
 
-#: The Qwen3 configs shipped with the course (published config.json values), by hub name.
-CONFIG_DIR = Path(__file__).resolve().parent / "assets" / "configs"
-SHIPPED_MODELS: dict[str, Path] = {
-    f"Qwen/{size}": CONFIG_DIR / f"{size}.json"
-    for size in ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B", "Qwen3-32B")
-}
-
 #: Fields the planner reads from a config; a config without one of them cannot be planned.
 REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                    "num_key_value_heads", "vocab_size")
 
+#: Bytes per element of each dtype name the planner accepts.
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 _DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -213,116 +116,57 @@ def _dtype_name(dtype) -> str:
     return name
 
 
-def _missing_fields(values: dict) -> list[str]:
-    return [f for f in REQUIRED_FIELDS if values.get(f) is None]
+#: Appended to a "lacks ..." message: what the planner needs.
+_NEEDS = (f": the planner needs {', '.join(REQUIRED_FIELDS + ('model_type',))} (head_dim defaults to "
+          f"hidden_size / num_attention_heads).")
 
 
-def _config_from_dict(values: dict, where: str):
-    from transformers import AutoConfig
-
-    if "text_config" in values and isinstance(values["text_config"], dict):
-        values = {**values["text_config"], "model_type": values["text_config"].get("model_type",
-                                                                                     values.get("model_type"))}
-    missing = _missing_fields(values) + ([] if values.get("model_type") else ["model_type"])
+def _check_fields(config, where: str):
+    missing = [f for f in REQUIRED_FIELDS if getattr(text_config(config), f, None) is None]
     if missing:
-        raise PlanError(f"{where} lacks {', '.join(missing)}: the planner needs "
-                        f"{', '.join(REQUIRED_FIELDS + ('model_type',))} (head_dim defaults to "
-                        f"hidden_size / num_attention_heads).")
-    kwargs = {k: v for k, v in values.items() if k != "model_type"}
-    try:
-        return AutoConfig.for_model(values["model_type"], **kwargs)
-    except (ValueError, KeyError) as exc:
-        raise PlanError(f"{where}: model_type {values['model_type']!r} is unknown to this Transformers "
-                        f"({exc})") from exc
+        raise PlanError(f"{where} lacks {', '.join(missing)}")
+    return config
 
 
-def _shipped_path(name: str) -> Path | None:
-    wanted = name.strip().lower()
-    for hub_name, path in SHIPPED_MODELS.items():
-        if wanted in (hub_name.lower(), hub_name.split("/")[1].lower()):
-            return path
-    return None
+def config_and_label(model=None) -> tuple:
+    """``(config, label)`` for ``model``, as the planner reads it: :func:`trnlab.models.load_config`,
+    plus config JSON files, the planner's field checks, and the name its plans show.
 
-
-#: File endings of weights, tokenizers and other files that sit next to a config.json.
-_NOT_CONFIG_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx",
-                        ".model", ".index.json")
-
-
-def _not_a_config(file: Path, why: str) -> PlanError:
-    folder = file.parent
-    where = (f"the folder {folder} holds a config.json: pass --model {folder}" if (folder / "config.json").is_file()
-             else f"pass the model's folder (the one with config.json), or the config.json itself")
-    return PlanError(f"{file} is not a model config ({why}): {where}.")
-
-
-def _read_config_file(file: Path) -> dict:
-    """The values of a config JSON file; a weights file or anything else gets a PlanError naming the folder."""
-    name = file.name.lower()
-    if name.endswith(_NOT_CONFIG_SUFFIXES):
-        kind = ".index.json" if name.endswith(".index.json") else file.suffix
-        raise _not_a_config(file, f"a {kind} file holds weights or tokenizer data, not the model's sizes")
-    try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise _not_a_config(file, "a binary file, not JSON") from None
-    except json.JSONDecodeError as exc:
-        raise _not_a_config(file, f"not JSON: {exc}") from None
-    if not isinstance(values, dict):
-        raise _not_a_config(file, f"JSON of a {type(values).__name__}, not a config object")
-    return values
-
-
-def resolve_config(model=None):
-    """A Transformers config for ``model``, offline where possible. Returns ``(config, label)``.
-
-    ``model`` may be a config object, a dict of config values, a shipped name
-    (``"Qwen/Qwen3-8B"`` or ``"Qwen3-8B"``: :data:`SHIPPED_MODELS`, no network), a local folder
-    with ``config.json``, a path to a config JSON file, a hub name (cache or hub), or ``None``
-    (``$TRNLAB_MODEL`` or the bundled tiny model, :func:`trnlab.models.model_name`).
-    A dict or JSON file missing a needed field raises :class:`PlanError` naming it.
-    Used by :func:`plan_memory`, :func:`plan_mesh` and ``python -m trnlab plan``.
+    ``model``: a config, a dict of config values, a shipped name (``"Qwen/Qwen3-8B"``, no network),
+    a folder or config JSON file, a hub name, or ``None`` (``$TRNLAB_MODEL`` or the bundled model).
+    A config missing a needed field raises :class:`PlanError` naming it.
     """
-    if model is not None and hasattr(model, "to_dict") and hasattr(model, "model_type"):
-        text = model.get_text_config() if hasattr(model, "get_text_config") else model
-        missing = [f for f in REQUIRED_FIELDS if getattr(text, f, None) is None]
-        if missing:
-            raise PlanError(f"config {type(model).__name__} lacks {', '.join(missing)}")
-        name = getattr(model, "name_or_path", "") or model.model_type
-        return model, str(name)
+    if hasattr(model, "to_dict") and hasattr(model, "model_type"):
+        config = _check_fields(model, f"config {type(model).__name__}")
+        return config, str(getattr(model, "name_or_path", "") or model.model_type)
     if isinstance(model, dict):
-        return _config_from_dict(dict(model), "the config dict"), "config dict"
-
-    from trnlab.models import model_name
-
+        return config_from_dict(dict(model), "the config dict", REQUIRED_FIELDS, _NEEDS), "config dict"
     name = model_name(None if model is None else str(model))
-    shipped = _shipped_path(name)
-    path = Path(name).expanduser()
+    shipped = shipped_config(name)
     if shipped is not None:
-        hub = next(k for k, v in SHIPPED_MODELS.items() if v == shipped)
-        config = _config_from_dict(json.loads(shipped.read_text()), str(shipped))
-        config.name_or_path = hub
-        return config, hub
+        return shipped, shipped.name_or_path
+    path = Path(name).expanduser()
     if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
-        file = path if path.is_file() else path / "config.json"
-        values = _read_config_file(file)
-        config = _config_from_dict(values, str(file))
+        config = read_config_file(path if path.is_file() else path / "config.json", REQUIRED_FIELDS, _NEEDS)
         config.name_or_path = str(path)
         return config, str(path)
     if path.is_dir():
         raise PlanError(f"{path} has no config.json")
-    from trnlab.models import load_config  # offline-aware: fails fast without the hub
     try:
-        config = load_config(name)
+        config = load_config(name)   # offline-aware: fails fast without the hub
     except (OSError, ValueError) as exc:
         raise PlanError(f"no config for {name!r}: it is not one of the shipped configs "
                         f"({', '.join(SHIPPED_MODELS)}), not a local folder or config.json, and "
                         f"the hub did not give it ({exc})") from exc
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    missing = [f for f in REQUIRED_FIELDS if getattr(text, f, None) is None]
-    if missing:
-        raise PlanError(f"config of {name!r} lacks {', '.join(missing)}")
-    return config, name
+    return _check_fields(config, f"config of {name!r}"), name
+
+
+def resolve_config(model=None):
+    """Deprecated: ``(config, label)``; use :func:`trnlab.load_config` (the label is ``config.name_or_path``)."""
+    warnings.warn("trnlab.planning.resolve_config is deprecated and will be removed in trnlab 0.3: write "
+                  "trnlab.load_config(model) instead (it returns the config; its name is config.name_or_path)",
+                  FutureWarning, stacklevel=2)
+    return config_and_label(model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +234,7 @@ def _spec_from_json(config_json: str, model_type: str) -> _ModelSpec:
         model = AutoModelForCausalLM.from_config(config)
     plan = dict(model.tp_plan or {})
     fsdp_plan = dict(model.fsdp_plan or {})
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     params = []
     for name, p in model.named_parameters():   # tied weights appear once
         layer = re.search(r"\.layers\.(\d+)\.", name)
@@ -473,7 +317,7 @@ def parameter_shards(config=None, tp_size: int = 1, fsdp_size: int = 1) -> list[
     on dim 0 of each TP piece, padded to ``ceil(rows / fsdp_size)``. Tied embeddings appear once.
     Notebook 06 uses it through :func:`plan_memory`, which sums it.
     """
-    config, _ = resolve_config(config)
+    config, _ = config_and_label(config)
     spec = _spec(config)
     if tp_size > 1 and not spec.dims["has_tp_plan"]:
         raise PlanError(f"{type(config).__name__} has no tensor-parallel plan (base_model_tp_plan): use tp_size=1")
@@ -484,7 +328,9 @@ def parameter_shards(config=None, tp_size: int = 1, fsdp_size: int = 1) -> list[
 # Memory of one rank
 # ---------------------------------------------------------------------------------------------
 
+#: What a rank's memory is made of, in :meth:`MemoryPlan.table` order.
 COMPONENTS = ("parameters", "gradients", "optimizer", "fsdp_buffers", "activations", "kv_cache")
+#: How tables and plots name each of :data:`COMPONENTS`.
 COMPONENT_LABELS = {
     "parameters": "parameters (this rank's shards)",
     "gradients": "gradients",
@@ -504,19 +350,22 @@ TRAIN_ACTIVATION_FORMULA = (
     "are split by tp); x L layers, or with gradient checkpointing T*b*h per layer (each layer's "
     "input) + one layer recomputed; plus the loss head T*[(4 + 2b)*h + V*(b + 8)] (logits in the "
     "compute dtype, their fp32 copy and fp32 log-probs: lm_head gathers all V logits on every TP rank)")
+#: The inference activation estimate :func:`plan_memory` computes (symbols as in :data:`TRAIN_ACTIVATION_FORMULA`).
 INFERENCE_ACTIVATION_FORMULA = (
     "generate's prefill under no_grad frees each layer's temporaries: about one layer's worth, "
     "T*b*(2h + max(2q + 2kv, 3i)/tp), plus the last position's logits batch*V*(b + 4) "
     "(generate keeps an fp32 copy); attention assumed fused (SDPA/flash: no T x T score matrix)")
-#: Selective activation checkpointing, as the planner models it: TorchTitan's layer-level selective
-#: AC (``[activation_checkpoint] mode = "selective"``, ``selective_ac_option = "2"``, its default)
-#: wraps every k-th decoder layer in full checkpointing and leaves the others alone.
+#: Selective activation checkpointing, as the planner models it (an assumption: which selective option
+#: AWS's ``qwen3_8b_tp4_fsdp16_sac`` config sets was not found): TorchTitan's layer-level selective AC
+#: (``[activation_checkpoint] mode = "selective"``, ``selective_ac_option = "2"``; TorchTitan also has an
+#: op-level option, ``"op"``) wraps every k-th decoder layer in full checkpointing and leaves the others alone.
 SELECTIVE_ACTIVATION_FORMULA = (
     "selective checkpointing (every k-th layer checkpointed, k = checkpoint_every, TorchTitan's "
     "layer-level selective AC): c = floor(L/k) layers keep only their input T*b*h, the other L - c keep "
     "their per-layer bytes, plus one checkpointed layer recomputed at a time: (L - c)*per_layer + c*T*b*h "
     "+ per_layer (an upper bound: by the time the lowest checkpointed layers are recomputed, the layers "
     "above them have freed theirs)")
+#: Every activation estimate in one text: training, selective checkpointing, inference.
 ACTIVATION_FORMULA = ("training: " + TRAIN_ACTIVATION_FORMULA + "; " + SELECTIVE_ACTIVATION_FORMULA
                       + ". Inference: " + INFERENCE_ACTIVATION_FORMULA + ".")
 
@@ -563,24 +412,27 @@ def recompute_fraction(config=None, seq: int = 2048, gradient_checkpointing="ful
     layer. Counted from the model's matmul and attention FLOPs (:func:`_forward_flops_per_token`).
     Notebook 06 prints it for full and selective checkpointing.
     """
-    config, _ = resolve_config(config)
+    config, _ = config_and_label(config)
     d = _spec(config).dims
     layer, head = _forward_flops_per_token(d, seq)
     recomputed = checkpointed_layers(d["layers"], gradient_checkpointing, checkpoint_every) * layer
     return recomputed / ((1 + BACKWARD_PER_FORWARD) * (d["layers"] * layer + head))
 
 
-_TP_CHECKS = (("heads", "attention heads"), ("kv_heads", "key/value heads"),
-              ("intermediate", "MLP width (intermediate_size)"))
+def _tp_dims(d: dict) -> dict:
+    """The planner's dims under the config names :mod:`trnlab.mesh` checks tensor parallelism with."""
+    return {"num_attention_heads": d["heads"], "num_key_value_heads": d["kv_heads"],
+            "intermediate_size": d["intermediate"]}
 
 
 def _tp_problem(d: dict, tp: int, world: int | None = None, where: str = "") -> str | None:
     """Why a model cannot take tensor-parallel size ``tp`` (whole heads, equal MLP slices), or None.
     With ``world`` (ranks on ``where``), the sizes it suggests also divide the world."""
-    bad = [f"{label} = {d[key]}" for key, label in _TP_CHECKS if d[key] % tp]
+    dims = _tp_dims(d)
+    bad = [f"{label} = {value}" for _, label, value in tp_misfits(dims, tp)]
     if not bad:
         return None
-    ok = [t for t in _divisors(world or d["kv_heads"]) if all(d[key] % t == 0 for key, _ in _TP_CHECKS)]
+    ok = tp_sizes_that_fit(dims, world or d["kv_heads"])
     on = f" on {where} ({world} ranks), with fsdp_size = {world} // tp_size" if world else ""
     return (f"tp_size={tp} does not divide the model's {', '.join(bad)}: each tensor-parallel rank must get "
             f"whole heads and an equal slice. Use tp_size in {ok}{on}.")
@@ -653,7 +505,19 @@ class MemoryPlan:
         lines.append(f"{'total per rank':<42} {self.total:>18,} {self.total / GiB:>9.3f}")
         return "\n".join(lines)
 
-    def summary(self) -> str:
+    def summary(self) -> dict:
+        """The plan's headline figures as a dict: model, mesh, workload, parameters held, bytes per rank.
+
+        Until trnlab 0.3 the dict also behaves like :meth:`describe`'s text where a string was
+        expected, with a ``FutureWarning`` for all but ``print``/``str``: ``summary()`` returned that text before.
+        """
+        return SummaryDict("MemoryPlan", self.describe(), {
+            "model": self.model, "tp_size": self.tp_size, "fsdp_size": self.fsdp_size, "workload": self.workload,
+            "batch": self.batch, "seq": self.seq, "dtype": self.dtype, "parameter_count": self.parameter_count,
+            "local_parameter_count": self.local_parameter_count, "total_bytes": self.total,
+            "total_gib": round(self.total / GiB, 4)})
+
+    def describe(self) -> str:
         """One paragraph: model, mesh, workload, parameters held, total per rank."""
         what = (f"training (micro-batch {self.batch} x {self.seq} tokens per rank, {self.master_weights} "
                 f"master weights, {self.optimizer_name}, compute {self.dtype}"
@@ -680,7 +544,7 @@ class MemoryPlan:
         return out
 
     def __str__(self) -> str:
-        return self.summary() + "\n" + self.table()
+        return self.describe() + "\n" + self.table()
 
 
 def _ordinal(n: int) -> str:
@@ -706,7 +570,7 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
                 cache_length: int | None = None, checkpoint_every: int = 2) -> MemoryPlan:
     """Estimate the bytes one rank holds for ``config`` on a ``tp_size x fsdp_size`` mesh.
 
-    ``config``: anything :func:`resolve_config` takes (config, dict, shipped name such as
+    ``config``: anything :func:`config_and_label` takes (config, dict, shipped name such as
     ``"Qwen/Qwen3-8B"``, folder, ``None`` for the course model). ``batch`` is the micro-batch of
     **each data-parallel (FSDP) rank**: FSDP is data parallelism, every FSDP rank runs its own
     ``batch`` sequences (the global batch is ``batch * fsdp_size``), and the TP ranks of one FSDP
@@ -742,32 +606,20 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
       head_dim * 2 (keys, values) * b``. ``cache_length`` defaults to ``seq``; ``generate(...,
       cache_implementation="static")`` allocates ``max_length - 1`` = prompt + new tokens - 1.
 
-    Returns a :class:`MemoryPlan` (``.components``, ``.total``, ``.table()``, ``.summary()``,
+    Returns a :class:`MemoryPlan` (``.components``, ``.total``, ``.table()``, ``.summary()``, ``.describe()``,
     ``.to_dict()``). Used by :func:`plan_mesh`, notebook 06 and ``python -m trnlab plan``.
     """
-    config, label = resolve_config(config)
-    workload_key = _WORKLOADS.get(str(workload).lower())
-    if workload_key is None:
-        raise PlanError(f"workload={workload!r}: use 'inference' or 'train'")
+    config, label = config_and_label(config)
+    workload_key = _workload(workload)
     for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size), ("batch", batch), ("seq", seq),
                         ("checkpoint_every", checkpoint_every)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PlanError(f"{name}={value!r}: a whole number >= 1")
     mode = checkpointing_mode(gradient_checkpointing)
-    master = _MASTER.get(str(master_weights).lower())
-    if master is None:
-        raise PlanError(f"master_weights={master_weights!r}: use 'fp32' or 'bf16'")
-    opt = str(optimizer).lower()
-    if opt not in _OPTIMIZERS:
-        raise PlanError(f"optimizer={optimizer!r}: the planner knows {', '.join(_OPTIMIZERS)}")
+    master, opt = _master_weights(master_weights), _optimizer(optimizer)
     dtype_name = _dtype_name(dtype)
     b = DTYPE_BYTES[dtype_name]
-    spec = _spec(config)
-    if tp_size > 1 and not spec.dims["has_tp_plan"]:
-        raise PlanError(f"{type(config).__name__} has no tensor-parallel plan (base_model_tp_plan): use tp_size=1")
-    d = spec.dims
-    if tp_size > 1 and _tp_problem(d, tp_size):
-        raise PlanError(_tp_problem(d, tp_size))
+    spec = _checked_spec(config, tp_size)
     cache_length = seq if cache_length is None else cache_length
     if not isinstance(cache_length, int) or cache_length < 1:
         raise PlanError(f"cache_length={cache_length!r}: a whole number >= 1")
@@ -776,54 +628,24 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
     local = sum(s.local_numel for s in shards)
     train = workload_key == "train"
     param_bytes = DTYPE_BYTES[master] if train else b
-    comp = dict.fromkeys(COMPONENTS, 0)
-    comp["parameters"] = local * param_bytes
-    notes = []
+    comp, notes = dict.fromkeys(COMPONENTS, 0), []
+    comp["parameters"] = parameter_bytes(shards, param_bytes)
     if train:
-        comp["gradients"] = local * param_bytes
-        comp["optimizer"] = _OPTIMIZERS[opt] * local * param_bytes + (4 * len(shards) if opt != "sgd" else 0)
-
-    # FSDP2 gathered weights (estimate).
+        comp["gradients"] = gradient_bytes(shards, param_bytes)
+        comp["optimizer"] = optimizer_bytes(shards, opt, param_bytes)
     if fsdp_size > 1:
-        by_name = {s.name: s for s in shards}
-        layer_numel: dict[int, int] = {}
-        for name, _shape, _style, layer in spec.params:
-            if layer is not None:
-                layer_numel[layer] = layer_numel.get(layer, 0) + by_name[name].tp_numel
-        biggest = max(layer_numel.values(), default=0)
-        kept = sum(by_name[n].tp_numel for n in spec.keep_full)
-        comp["fsdp_buffers"] = (2 * biggest + kept) * b + (biggest * param_bytes if train else 0)
-        notes.append("fsdp_buffers: 2 gathered layers (current + prefetched) + the keep_full_weight modules "
-                     "(final norm, lm_head/tied embedding) in the compute dtype"
-                     + ("; + one layer of unsharded gradients" if train else "") + " (estimate).")
-
-    h, i, q, kv, L, V = d["hidden"], d["intermediate"], d["q_dim"], d["kv_dim"], d["layers"], d["vocab"]
-    tokens = batch * seq
+        comp["fsdp_buffers"] = fsdp_buffer_bytes(spec, shards, b, param_bytes if train else 0)
+        notes.append(_FSDP_BUFFER_NOTE + ("; + one layer of unsharded gradients" if train else "") + " (estimate).")
     if train:
-        per_layer = _train_layer_bytes(d, tokens, b, tp_size)
-        recomputed = checkpointed_layers(L, mode, checkpoint_every) if train else 0
-        # checkpointed layers keep their input; the others everything; one recomputed layer at a time
-        layers = (L - recomputed) * per_layer + recomputed * tokens * b * h + (per_layer if recomputed else 0)
-        head = tokens * ((4 + 2 * b) * h + V * (b + 8))
-        comp["activations"] = int(layers + head)
-        detail = {"per_layer": int(per_layer), "layers": int(layers), "head": int(head)}
+        comp["activations"], detail = train_activation_bytes(spec.dims, batch * seq, b, tp_size, mode, checkpoint_every)
         notes.append("activations (estimate): " + TRAIN_ACTIVATION_FORMULA
                      + ("; " + SELECTIVE_ACTIVATION_FORMULA if mode == "selective" else "") + ".")
     else:
-        per_layer = tokens * b * (2 * h + max(2 * q + 2 * kv, 3 * i) / tp_size)
-        head = batch * V * (b + 4)
-        comp["activations"] = int(per_layer + head)
-        detail = {"per_layer": int(per_layer), "layers": int(per_layer), "head": int(head)}
-        kv_heads_local = -(-d["kv_heads"] // tp_size)
-        comp["kv_cache"] = batch * cache_length * L * kv_heads_local * d["head_dim"] * 2 * b
-        notes.append("activations (estimate): " + INFERENCE_ACTIVATION_FORMULA + ".")
-        notes.append(f"kv_cache: batch {batch} x {cache_length} positions x {L} layers x {kv_heads_local} kv "
-                     f"heads per TP rank x head_dim {d['head_dim']} x 2 (keys, values) x {b} bytes.")
-    if fsdp_size > 1:
-        notes.append(f"FSDP is data parallelism: each of the {fsdp_size} FSDP ranks holds the activations"
-                     + (" and KV cache" if not train else "") + f" of its own micro-batch ({batch} x {seq}).")
-    if d["max_position_embeddings"] and max(seq, cache_length if not train else 0) > d["max_position_embeddings"]:
-        notes.append(f"seq/cache_length exceed max_position_embeddings={d['max_position_embeddings']}.")
+        comp["activations"], detail = inference_activation_bytes(spec.dims, batch, seq, b, tp_size)
+        comp["kv_cache"] = kv_cache_bytes(spec.dims, batch, cache_length, b, tp_size)
+        notes += ["activations (estimate): " + INFERENCE_ACTIVATION_FORMULA + ".",
+                  _kv_cache_note(spec.dims, batch, cache_length, b, tp_size)]
+    notes += _workload_notes(spec.dims, batch, seq, cache_length, fsdp_size, train)
     return MemoryPlan(
         model=label, tp_size=tp_size, fsdp_size=fsdp_size, workload=workload_key, batch=batch, seq=seq,
         dtype=dtype_name, master_weights=master, optimizer_name=opt,
@@ -832,6 +654,113 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
         cache_length=cache_length if not train else 0, components=comp,
         parameter_count=sum(_count(p[1]) for p in spec.params), local_parameter_count=local,
         shards=shards, notes=notes, activation_detail=detail)
+
+
+def _workload(workload) -> str:
+    key = _WORKLOADS.get(str(workload).lower())
+    if key is None:
+        raise PlanError(f"workload={workload!r}: use 'inference' or 'train'")
+    return key
+
+
+def _master_weights(master_weights) -> str:
+    master = _MASTER.get(str(master_weights).lower())
+    if master is None:
+        raise PlanError(f"master_weights={master_weights!r}: use 'fp32' or 'bf16'")
+    return master
+
+
+def _optimizer(optimizer) -> str:
+    opt = str(optimizer).lower()
+    if opt not in _OPTIMIZERS:
+        raise PlanError(f"optimizer={optimizer!r}: the planner knows {', '.join(_OPTIMIZERS)}")
+    return opt
+
+
+def _checked_spec(config, tp_size: int) -> _ModelSpec:
+    """The model's spec, refusing a ``tp_size`` the model has no plan for or whose heads do not divide."""
+    spec = _spec(config)
+    if tp_size > 1 and not spec.dims["has_tp_plan"]:
+        raise PlanError(f"{type(config).__name__} has no tensor-parallel plan (base_model_tp_plan): use tp_size=1")
+    if tp_size > 1 and _tp_problem(spec.dims, tp_size):
+        raise PlanError(_tp_problem(spec.dims, tp_size))
+    return spec
+
+
+# The components of plan_memory, one function each: bytes on one rank (see plan_memory's docstring).
+
+def parameter_bytes(shards: list[TensorShard], param_bytes: int) -> int:
+    """This rank's parameter shards, ``param_bytes`` each (the master-weight dtype when training)."""
+    return sum(s.local_numel for s in shards) * param_bytes
+
+
+def gradient_bytes(shards: list[TensorShard], param_bytes: int) -> int:
+    """Training: one gradient per parameter shard, in the parameter's dtype."""
+    return parameter_bytes(shards, param_bytes)
+
+
+def optimizer_bytes(shards: list[TensorShard], optimizer: str, param_bytes: int) -> int:
+    """Training: the optimizer's state tensors per parameter (AdamW: 2 moments) plus one fp32 step per tensor."""
+    optimizer = _optimizer(optimizer)
+    steps = 4 * len(shards) if optimizer != "sgd" else 0
+    return _OPTIMIZERS[optimizer] * parameter_bytes(shards, param_bytes) + steps
+
+
+_FSDP_BUFFER_NOTE = ("fsdp_buffers: 2 gathered layers (current + prefetched) + the keep_full_weight modules "
+                     "(final norm, lm_head/tied embedding) in the compute dtype")
+
+
+def fsdp_buffer_bytes(spec: _ModelSpec, shards: list[TensorShard], b: int, grad_bytes: int = 0) -> int:
+    """FSDP2's gathered weights (estimate): the biggest layer twice plus the keep_full_weight modules, in
+    ``b`` bytes; ``grad_bytes`` > 0 (training) adds one layer of unsharded gradients in that dtype."""
+    by_name = {s.name: s for s in shards}
+    layer_numel: dict[int, int] = {}
+    for name, _shape, _style, layer in spec.params:
+        if layer is not None:
+            layer_numel[layer] = layer_numel.get(layer, 0) + by_name[name].tp_numel
+    biggest = max(layer_numel.values(), default=0)
+    kept = sum(by_name[n].tp_numel for n in spec.keep_full)
+    return (2 * biggest + kept) * b + biggest * grad_bytes
+
+
+def train_activation_bytes(d: dict, tokens: int, b: int, tp: int, mode: str, every: int = 2) -> tuple[int, dict]:
+    """Training activations (estimate, :data:`TRAIN_ACTIVATION_FORMULA`) and their detail
+    (``per_layer``, ``layers``, ``head``) for ``tokens`` tokens of this rank's micro-batch."""
+    per_layer = _train_layer_bytes(d, tokens, b, tp)
+    recomputed = checkpointed_layers(d["layers"], mode, every)
+    # checkpointed layers keep their input; the others everything; one recomputed layer at a time
+    layers = ((d["layers"] - recomputed) * per_layer + recomputed * tokens * b * d["hidden"]
+              + (per_layer if recomputed else 0))
+    head = tokens * ((4 + 2 * b) * d["hidden"] + d["vocab"] * (b + 8))
+    return int(layers + head), {"per_layer": int(per_layer), "layers": int(layers), "head": int(head)}
+
+
+def inference_activation_bytes(d: dict, batch: int, seq: int, b: int, tp: int) -> tuple[int, dict]:
+    """Prefill activations under no_grad (estimate, :data:`INFERENCE_ACTIVATION_FORMULA`) and their detail."""
+    h, i, q, kv = d["hidden"], d["intermediate"], d["q_dim"], d["kv_dim"]
+    per_layer = batch * seq * b * (2 * h + max(2 * q + 2 * kv, 3 * i) / tp)
+    head = batch * d["vocab"] * (b + 4)
+    return int(per_layer + head), {"per_layer": int(per_layer), "layers": int(per_layer), "head": int(head)}
+
+
+def kv_cache_bytes(d: dict, batch: int, cache_length: int, b: int, tp: int) -> int:
+    """The static KV cache: batch x positions x layers x kv heads per TP rank x head_dim x 2 (keys, values) x b."""
+    return batch * cache_length * d["layers"] * -(-d["kv_heads"] // tp) * d["head_dim"] * 2 * b
+
+
+def _kv_cache_note(d: dict, batch: int, cache_length: int, b: int, tp: int) -> str:
+    return (f"kv_cache: batch {batch} x {cache_length} positions x {d['layers']} layers x {-(-d['kv_heads'] // tp)} kv "
+            f"heads per TP rank x head_dim {d['head_dim']} x 2 (keys, values) x {b} bytes.")
+
+
+def _workload_notes(d: dict, batch: int, seq: int, cache_length: int, fsdp_size: int, train: bool) -> list[str]:
+    notes = []
+    if fsdp_size > 1:
+        notes.append(f"FSDP is data parallelism: each of the {fsdp_size} FSDP ranks holds the activations"
+                     + (" and KV cache" if not train else "") + f" of its own micro-batch ({batch} x {seq}).")
+    if d["max_position_embeddings"] and max(seq, cache_length if not train else 0) > d["max_position_embeddings"]:
+        notes.append(f"seq/cache_length exceed max_position_embeddings={d['max_position_embeddings']}.")
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -927,7 +856,21 @@ class MeshPlan:
             lines.append(f"{c.tp_size:>3} {c.fsdp_size:>5}  {values} {c.plan.total / GiB:>9.2f}  {mark}")
         return "\n".join(lines)
 
-    def summary(self) -> str:
+    def summary(self) -> dict:
+        """The search's headline figures as a dict: instance, nodes, budget, the recommended mesh.
+
+        Until trnlab 0.3 the dict also behaves like :meth:`describe`'s text where a string was
+        expected, with a ``FutureWarning`` for all but ``print``/``str``: ``summary()`` returned that text before.
+        """
+        rec = self.recommended
+        return SummaryDict("MeshPlan", self.describe(), {
+            "model": self.model, "instance": self.instance.name, "nodes": self.nodes, "world_size": self.world_size,
+            "workload": self.workload, "headroom": self.headroom, "budget_bytes": self.budget,
+            "recommended": None if rec is None else {"tp_size": rec.tp_size, "fsdp_size": rec.fsdp_size,
+                                                     "replicas": rec.replicas},
+            "checkpointing": self.checkpointing, "candidates": len(self.candidates), "reason": self.reason})
+
+    def describe(self) -> str:
         """Instance, budget per core, and the recommendation with its reason."""
         inst = self.instance
         where = f"{self.nodes} x {inst.name}" if self.nodes > 1 else inst.name
@@ -948,11 +891,7 @@ class MeshPlan:
                 "candidates": [c.to_dict() for c in self.candidates]}
 
     def __str__(self) -> str:
-        return self.summary() + "\n" + self.table()
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+        return self.describe() + "\n" + self.table()
 
 
 def _where(inst: Instance, nodes: int) -> str:
@@ -970,7 +909,7 @@ def _given_mesh(config, inst: Instance, nodes: int, tp_size: int | None, fsdp_si
     _whole("fsdp_size", fsdp_size)
     world, where = inst.logical_cores * nodes, _where(inst, nodes)
     d = _spec(config).dims
-    ok_tps = [t for t in _divisors(world) if not _tp_problem(d, t)]
+    ok_tps = [t for t in divisors(world) if not _tp_problem(d, t)]
     if tp_size is not None and _tp_problem(d, tp_size):
         if world % tp_size == 0 and fsdp_size in (None, world // tp_size):
             try:   # the launcher's own message, as `launch` would print it
@@ -1000,14 +939,14 @@ def _given_mesh(config, inst: Instance, nodes: int, tp_size: int | None, fsdp_si
 
 def _across_hosts(inst: Instance, tp: int) -> str:
     return (f"tp_size={tp} would split a TP group across hosts ({inst.cores_per_host} cores per "
-            f"host): TP all-reduces every layer and needs NeuronLink, not EFA")
+            f"host): TP all-reduces twice per layer, and Neuron keeps it within a chip ('Keep TP4 within a chip')")
 
 
 def _mesh_candidates(config, inst: Instance, nodes: int) -> list[MeshCandidate]:
     """Every (tp, world // tp) mesh, rejected ones with the launcher's reason; no plans yet."""
     world = inst.logical_cores * nodes
     out = []
-    for tp in _divisors(world):
+    for tp in divisors(world):
         try:
             validate_parallel_sizes(world, tp, world // tp, model_config=config)
         except LaunchConfigError as exc:
@@ -1038,6 +977,16 @@ class _Choice:
     mode: str
     tried: list
     kind: str    # "fsdp-only", "tp-in-chip", "tp-across-chips", "replicas", "given"
+    passed_over: list = field(default_factory=list)  # in-chip meshes between tp=1 and the chip's TP that fit too
+
+
+def _attempt(job: tuple, cand: MeshCandidate, mode: str, kind: str) -> _Choice | None:
+    """Plan ``cand`` with checkpointing ``mode``, note it in the job's ``tried`` list; the choice if it fits."""
+    config, workload, mem_kwargs, budget, headroom, tried = job
+    planned = _planned(config, cand, workload, mem_kwargs, mode, budget, headroom)
+    tried.append({"tp_size": cand.tp_size, "fsdp_size": cand.fsdp_size, "replicas": cand.replicas,
+                  "checkpointing": mode, "total_bytes": planned.plan.total, "fits": planned.fits})
+    return _Choice(planned, mode, tried, kind) if planned.fits else None
 
 
 def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
@@ -1045,16 +994,11 @@ def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, 
     """Walk the planner's ladder (module docstring, :func:`plan_mesh`); the first step that fits, or None."""
     world, chip, budget = inst.logical_cores * nodes, inst.cores_per_chip, inst.hbm_per_core
     tried = []
-
-    def attempt(cand, mode, kind):
-        planned = _planned(config, cand, workload, mem_kwargs, mode, budget, headroom)
-        tried.append({"tp_size": cand.tp_size, "fsdp_size": cand.fsdp_size, "replicas": cand.replicas,
-                      "checkpointing": mode, "total_bytes": planned.plan.total, "fits": planned.fits})
-        return _Choice(planned, mode, tried, kind) if planned.fits else None
+    job = (config, workload, mem_kwargs, budget, headroom, tried)
 
     if given is not None:
         for mode in modes:
-            hit = attempt(MeshCandidate(*given), mode, "given")
+            hit = _attempt(job, MeshCandidate(*given), mode, "given")
             if hit:
                 return hit
         return None
@@ -1063,7 +1007,7 @@ def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, 
     if workload == "inference":
         # Serving: independent replicas without FSDP (FSDP would all-gather every layer for every token).
         for cand in in_chip:
-            hit = attempt(MeshCandidate(cand.tp_size, 1, replicas=world // cand.tp_size), "none", "replicas")
+            hit = _attempt(job, MeshCandidate(cand.tp_size, 1, replicas=world // cand.tp_size), "none", "replicas")
             if hit:
                 return hit
     steps = [c for c in in_chip if c.tp_size == 1]
@@ -1071,12 +1015,16 @@ def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, 
         steps.append(max((c for c in in_chip if c.tp_size > 1), key=lambda c: c.tp_size))
     for mode in modes:
         for cand in steps:
-            hit = attempt(cand, mode, "fsdp-only" if cand.tp_size == 1 else "tp-in-chip")
+            hit = _attempt(job, cand, mode, "fsdp-only" if cand.tp_size == 1 else "tp-in-chip")
             if hit:
+                if hit.kind == "tp-in-chip":  # the ladder skips 1 < tp < chip: say which of those fit too
+                    middle = (_planned(config, c, workload, mem_kwargs, mode, budget, headroom)
+                              for c in in_chip if 1 < c.tp_size < cand.tp_size)
+                    hit.passed_over = [m for m in middle if m.fits]
                 return hit
     for mode in modes:           # last resort: TP across chips
         for cand in (c for c in valid if c.tp_size > chip):
-            hit = attempt(cand, mode, "tp-across-chips")
+            hit = _attempt(job, cand, mode, "tp-across-chips")
             if hit:
                 return hit
     return None
@@ -1088,7 +1036,7 @@ _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 def _head_ok_tps(config, inst: Instance) -> list[int]:
     d = _spec(config).dims
-    return [tp for tp in _divisors(inst.cores_per_host) if not _tp_problem(d, tp)]
+    return [tp for tp in divisors(inst.cores_per_host) if not _tp_problem(d, tp)]
 
 
 def _scales_with_nodes(config, inst: Instance, workload: str, headroom: float, mem_kwargs: dict, mode: str) -> bool:
@@ -1110,18 +1058,16 @@ def _more_nodes(config, inst, start, workload, headroom, mem_kwargs, modes):
 
 def _largest_batch(config, inst, nodes, workload, headroom, mem_kwargs, modes, upper: int):
     """The largest micro-batch in [1, upper] that fits, by bisection (memory grows with the batch)."""
-    def search(batch):
-        return _search(config, inst, nodes, workload, headroom, {**mem_kwargs, "batch": batch}, modes)
-
     if upper < 1:
         return None
-    best = search(1)
+    args = (config, inst, nodes, workload, headroom)
+    best = _search(*args, {**mem_kwargs, "batch": 1}, modes)
     if best is None:
         return None
     lo, hi, found = 1, upper, (1, best)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        hit = search(mid)
+        hit = _search(*args, {**mem_kwargs, "batch": mid}, modes)
         if hit:
             lo, found = mid, (mid, hit)
         else:
@@ -1142,14 +1088,24 @@ def _checkpointing_flag(mode: str) -> str:
 
 def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
                     modes: tuple) -> list[str]:
-    """Computed alternatives for a workload that fits no mesh: each one was planned and fits."""
-    out, where, train = [], _where(inst, nodes), workload == "train"
-    args = (workload, headroom)
+    """Computed alternatives for a workload that fits no mesh: each one was planned and fits.
+
+    First one change at a time (:func:`_single_changes`); if none fits, a micro-batch of 1 and full
+    checkpointing with more scale (:func:`_lean_changes`); then also a shorter sequence (:func:`_shorter_seq`).
+    """
+    bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > inst.hbm_total * nodes), key=lambda o: o.hbm_total)
+    return (_single_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger)
+            or _lean_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger)
+            or _shorter_seq(config, inst, nodes, workload, headroom, mem_kwargs, modes))
+
+
+def _single_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger) -> list[str]:
+    """More nodes, a larger instance, a smaller batch, heavier checkpointing: each that fits alone."""
+    out, where, args = [], _where(inst, nodes), (workload, headroom)
     found = _more_nodes(config, inst, nodes, *args, mem_kwargs, modes)
     if found:
         n, hit = found
         out.append(f"{n} x {inst.name} (--nodes {n}): {_say(hit, workload)}")
-    bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > inst.hbm_total * nodes), key=lambda o: o.hbm_total)
     for other in bigger:
         hit = _search(config, other, 1, *args, mem_kwargs, modes)
         if hit:
@@ -1158,23 +1114,32 @@ def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom:
     found = _largest_batch(config, inst, nodes, *args, mem_kwargs, modes, mem_kwargs["batch"] - 1)
     if found:
         out.append(f"--batch {found[0]} on {where}: {_say(found[1], workload)}")
-    heavier = [m for m in CHECKPOINTING if CHECKPOINTING.index(m) > CHECKPOINTING.index(modes[-1])] if train else []
+    heavier = ([m for m in CHECKPOINTING if CHECKPOINTING.index(m) > CHECKPOINTING.index(modes[-1])]
+               if workload == "train" else [])
     for mode in heavier:
         found = _largest_batch(config, inst, nodes, *args, mem_kwargs, (mode,), mem_kwargs["batch"])
         if found:
             extra = "" if found[0] == mem_kwargs["batch"] else f" --batch {found[0]}"
             out.append(f"{_checkpointing_flag(mode)}{extra} on {where}: {_say(found[1], workload)}")
             break
-    if out:
-        return out
-    # Nothing changes one thing and fits: combine a micro-batch of 1 (and full checkpointing) with scale.
-    lean_modes = ("full",) if train else modes
-    lean = {**mem_kwargs, "batch": 1}
+    return out
+
+
+def _lean(mem_kwargs: dict, modes: tuple, workload: str) -> tuple[dict, tuple, str]:
+    """The leanest settings: a micro-batch of 1 (and full checkpointing for training), and their flags."""
+    train = workload == "train"
     flags = " ".join((["--batch 1"] if mem_kwargs["batch"] > 1 else [])
                      + ([_checkpointing_flag("full")] if train and modes[-1] != "full" else [])) or "the same settings"
+    return {**mem_kwargs, "batch": 1}, ("full",) if train else modes, flags
+
+
+def _lean_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger) -> list[str]:
+    """The leanest settings here, else with more nodes, else on a larger instance (with its nodes)."""
+    lean, lean_modes, flags = _lean(mem_kwargs, modes, workload)
+    out, args = [], (workload, headroom)
     hit = _search(config, inst, nodes, *args, lean, lean_modes)
     if hit:
-        return [f"{flags} on {where}: {_say(hit, workload)}"]
+        return [f"{flags} on {_where(inst, nodes)}: {_say(hit, workload)}"]
     found = _more_nodes(config, inst, nodes, *args, lean, lean_modes)
     if found:
         n, hit = found
@@ -1189,23 +1154,27 @@ def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom:
             n, hit = found
             out.append(f"{flags} on {n} x {other.name} (--nodes {n}): {_say(hit, workload)}")
             break
-    if out:
-        return out
+    return out
+
+
+def _shorter_seq(config, inst, nodes, workload, headroom, mem_kwargs, modes) -> list[str]:
+    """The leanest settings with the sequence halved until it fits (down to 128), or what was tried."""
+    lean, lean_modes, flags = _lean(mem_kwargs, modes, workload)
     seq = mem_kwargs["seq"] // 2
     while seq >= 128:
         changes = {**lean, "seq": seq}
         if mem_kwargs.get("cache_length") is not None:
             changes["cache_length"] = min(mem_kwargs["cache_length"], seq)
-        hit = _search(config, inst, nodes, *args, changes, lean_modes)
+        hit = _search(config, inst, nodes, workload, headroom, changes, lean_modes)
         if hit:
-            return [f"{flags} --seq {seq} on {where}: {_say(hit, workload)}"]
+            return [f"{flags} --seq {seq} on {_where(inst, nodes)}: {_say(hit, workload)}"]
         seq //= 2
     return [f"nothing the planner tried (up to {_NODE_COUNTS[-1]} nodes, batch 1"
-            + (", full activation checkpointing" if train else "") + ", seq down to 128)"]
+            + (", full activation checkpointing" if workload == "train" else "") + ", seq down to 128)"]
 
 
 #: AWS's published layout for Qwen3-8B training on one trn2.48xlarge (TorchTitan Neuron tutorial).
-AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": "trn2.48xlarge", "tp_size": 4, "fsdp_size": 16,
+AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": DEFAULT_INSTANCE, "tp_size": 4, "fsdp_size": 16,
                        "checkpointing": "selective", "config": "qwen3_8b_tp4_fsdp16_sac", "source": TORCHTITAN_TUTORIAL_URL}
 
 
@@ -1223,41 +1192,57 @@ def _tried_text(tried: list, chosen: dict, workload: str = "train") -> str:
     return "Tried first: " + "; ".join(f"{_checkpointing_label(m)}: {', '.join(v)}" for m, v in by_mode.items()) + ". "
 
 
-def _reason(choice: _Choice, config, inst: Instance, nodes: int, budget: int, workload: str, label: str,
-            auto: bool = True) -> str:
+def _headline(choice: _Choice, budget: int, train: bool) -> str:
+    """The reason's first sentence: the mesh chosen (or given), and its bytes against the budget."""
     best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
-    chip, world = inst.cores_per_chip, inst.logical_cores * nodes
-    train = workload == "train"
     ckpt = f" with {_checkpointing_label(mode, plan.checkpoint_every)}" if train and mode != "none" else ""
+    fits = f"{plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core. "
     if choice.kind == "replicas":
-        why = (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
-               f"{best.tp_size}) (tp={best.tp_size} x fsdp=1), {plan.total / GiB:.2f} of {budget / GiB:.1f} GiB "
-               f"usable per core. ")
-    elif choice.kind == "given":
-        why = (f"Planned the mesh you gave: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, "
-               f"{plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core. ")
-    else:
-        why = (f"Recommended: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, {plan.total / GiB:.2f} of "
-               f"{budget / GiB:.1f} GiB usable per core. ")
-    why += _tried_text(choice.tried, choice.tried[-1], workload)
-    if choice.kind == "replicas":
-        why += ("Serving uses no FSDP: FSDP all-gathers every layer on every forward, that is for every new "
-                "token; each replica holds the whole model and answers its own requests. ")
-        if best.tp_size > 1:
-            why += (f"tp={best.tp_size} keeps each replica inside one chip ({chip} logical cores per chip), "
-                    f"where its all-reduces stay on the chip. ")
-        return why + f"Each replica serves {plan.batch} sequence(s) of {plan.cache_length} cache positions."
+        return (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
+                f"{best.tp_size}) (tp={best.tp_size} x fsdp=1), " + fits)
+    if choice.kind == "given":
+        return f"Planned the mesh you gave: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, " + fits
+    return f"Recommended: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, " + fits
+
+
+def _serving_text(choice: _Choice, chip: int) -> str:
+    """Why serving replicas take no FSDP, and where each replica's TP group sits."""
+    best, plan = choice.candidate, choice.candidate.plan
+    why = ("Serving uses no FSDP: FSDP all-gathers every layer on every forward, that is for every new "
+           "token; each replica holds the whole model and answers its own requests. ")
+    if best.tp_size > 1:
+        why += (f"tp={best.tp_size} keeps each replica inside one chip ({chip} logical cores per chip), "
+                f"where its all-reduces stay on the chip. ")
+    return why + f"Each replica serves {plan.batch} sequence(s) of {plan.cache_length} cache positions."
+
+
+def _tp_text(choice: _Choice, chip: int) -> str:
+    """Why this tensor-parallel size: FSDP alone, TP inside a chip (and what was passed over), or across chips."""
+    best = choice.candidate
     if best.tp_size == 1:
-        why += ("FSDP alone fits: no tensor parallelism (Neuron's training best practices: start with the least "
+        return ("FSDP alone fits: no tensor parallelism (Neuron's training best practices: start with the least "
                 "model parallelism that leaves memory headroom). ")
-    elif best.tp_size <= chip:
-        why += (f"tp={best.tp_size} keeps each TP group inside one chip ({chip} logical cores per chip; Neuron's "
-                f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay "
-                f"on the chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
-    else:
-        why += (f"tp={best.tp_size} spans {best.tp_size // chip} chips, against Neuron's advice to keep TP within "
+    if best.tp_size > chip:
+        return (f"tp={best.tp_size} spans {best.tp_size // chip} chips, against Neuron's advice to keep TP within "
                 f"a chip ({chip} logical cores): " + ("you asked for it. " if choice.kind == "given" else
-                                                       "no mesh with TP inside a chip fits. "))
+                                                      "no mesh with TP inside a chip fits. "))
+    why = (f"tp={best.tp_size} keeps each TP group inside one chip ({chip} logical cores per chip; Neuron's "
+           f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay "
+           f"on the chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
+    if choice.passed_over:
+        fit = ", ".join(f"tp={c.tp_size} x fsdp={c.fsdp_size} ({c.plan.total / GiB:.2f} GiB)"
+                        for c in choice.passed_over)
+        why += (f"{fit} would fit too, but the planner passes over TP smaller than a chip: after FSDP alone "
+                f"its next step is a whole chip of TP (tp={best.tp_size}), following Neuron's \"Keep TP4 within "
+                f"a chip\" and AWS's published tp=4 x fsdp=16 recipe for Qwen3-8B; a layout rule, not a measured "
+                f"speed-up. ")
+    return why
+
+
+def _sharding_text(choice: _Choice, config, train: bool) -> str:
+    """What FSDP shards, what checkpointing recomputes, and each rank's micro-batch."""
+    best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
+    why = ""
     if best.fsdp_size > 1:
         why += ("FSDP shards the weights" + (", gradients and optimizer state" if train else "")
                 + f" over {best.fsdp_size} ranks and gathers each layer when it runs, overlapping compute. ")
@@ -1267,24 +1252,46 @@ def _reason(choice: _Choice, config, inst: Instance, nodes: int, budget: int, wo
         why += (f"Checkpointing recomputes {recomputed} of {layers} layers' forward in backward: about "
                 f"{recompute_fraction(config, plan.seq, mode, checkpoint_every=plan.checkpoint_every):.0%} more "
                 f"compute per step (estimate from FLOPs). ")
-    why += (f"Each FSDP rank runs its own micro-batch of {plan.batch} x {plan.seq} tokens "
-            f"(global batch {plan.batch * best.fsdp_size * best.replicas}).")
+    return why + (f"Each FSDP rank runs its own micro-batch of {plan.batch} x {plan.seq} tokens "
+                  f"(global batch {plan.batch * best.fsdp_size * best.replicas}).")
+
+
+def _recipe_text(choice: _Choice, inst: Instance, label: str, auto: bool) -> str:
+    """How the plan compares with AWS's published layout, when it plans that model on that instance."""
+    best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
+    recipe = AWS_QWEN3_8B_RECIPE
+    same = (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"])
+    if same:
+        return (f" This is AWS's published layout for {label} on a {inst.name} (TorchTitan config "
+                f"{recipe['config']}; which selective option that config sets was not found: 'every "
+                f"{_ordinal(plan.checkpoint_every)} layer' is the planner's assumption).")
+    if choice.kind == "given":
+        because = "you gave the mesh."
+    elif not auto:
+        because = f"you fixed the checkpointing ({_checkpointing_label(mode, plan.checkpoint_every)})."
+    else:
+        because = (f"at this workload tp={best.tp_size} x fsdp={best.fsdp_size} with "
+                   f"{_checkpointing_label(mode, plan.checkpoint_every).replace('activation ', '')} fits already "
+                   f"(less model parallelism or less recompute).")
+    return (f" AWS's published layout for {label} on a {inst.name} is tp=4 x fsdp=16 with selective activation "
+            f"checkpointing (TorchTitan config {recipe['config']}); here it is not recommended because " + because)
+
+
+def _reason(choice: _Choice, config, inst: Instance, nodes: int, budget: int, workload: str, label: str,
+            auto: bool = True) -> str:
+    """The recommendation in words: the mesh, what was tried, why this TP and FSDP, AWS's layout."""
+    train, chip = workload == "train", inst.cores_per_chip
+    why = _headline(choice, budget, train) + _tried_text(choice.tried, choice.tried[-1], workload)
+    if choice.kind == "replicas":
+        return why + _serving_text(choice, chip)
+    why += _tp_text(choice, chip) + _sharding_text(choice, config, train)
     recipe = AWS_QWEN3_8B_RECIPE
     if train and label == recipe["model"] and inst.name == recipe["instance"] and nodes == 1:
-        same = (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"])
-        why += (f" This is AWS's published layout for {label} on a {inst.name} (TorchTitan config "
-                f"{recipe['config']})." if same else
-                f" AWS's published layout for {label} on a {inst.name} is tp=4 x fsdp=16 with selective activation "
-                f"checkpointing (TorchTitan config {recipe['config']}); here it is not recommended because "
-                + ("you gave the mesh." if choice.kind == "given" else
-                   f"you fixed the checkpointing ({_checkpointing_label(mode, plan.checkpoint_every)})." if not auto
-                   else f"at this workload tp={best.tp_size} x fsdp={best.fsdp_size} with "
-                      f"{_checkpointing_label(mode, plan.checkpoint_every).replace('activation ', '')} fits already "
-                      f"(less model parallelism or less recompute)."))
+        why += _recipe_text(choice, inst, label, auto)
     return why
 
 
-def plan_mesh(config=None, instance="trn2.48xlarge", workload: str = "inference", *, batch: int = 1,
+def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference", *, batch: int = 1,
               seq: int = 2048, headroom: float = 0.1, nodes: int = 1, tp_size: int | None = None,
               fsdp_size: int | None = None, dtype="bfloat16", master_weights: str = "fp32",
               optimizer: str = "adamw", gradient_checkpointing: bool | str | None = None,
@@ -1299,7 +1306,7 @@ def plan_mesh(config=None, instance="trn2.48xlarge", workload: str = "inference"
     "Keep TP4 within a chip") with FSDP between the chips; only if none of those fits, TP across
     chips. Inference first tries independent replicas without FSDP (tp=1, 2, 4 within a chip),
     then the same FSDP ladder. Meshes the model or the launch cannot take are rejected with the
-    message of :func:`trnlab.launcher.validate_parallel_sizes`. ``tp_size``/``fsdp_size`` plan
+    message of :func:`trnlab.mesh.validate_parallel_sizes`. ``tp_size``/``fsdp_size`` plan
     only that mesh (its heads checked first). ``batch`` is the micro-batch of each FSDP rank.
 
     Raises :class:`PlanError`: unknown or trn1 instance; bad sizes (``tp_size=0``, a tp the heads
@@ -1308,70 +1315,87 @@ def plan_mesh(config=None, instance="trn2.48xlarge", workload: str = "inference"
     computed). Returns a :class:`MeshPlan`. Used by notebook 06 and ``python -m trnlab plan``.
     """
     inst = get_instance(instance)
-    config, label = resolve_config(config)
+    config, label = config_and_label(config)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise PlanError(f"nodes={nodes!r}: a whole number >= 1")
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom={headroom!r}: a fraction in [0, 1)")
-    workload_key = _WORKLOADS.get(str(workload).lower())
-    if workload_key is None:
-        raise PlanError(f"workload={workload!r}: use 'inference' or 'train'")
-    train = workload_key == "train"
-    if gradient_checkpointing is None or str(gradient_checkpointing).lower() == "auto":
-        modes = CHECKPOINTING if train else ("none",)
-    else:
-        modes = (checkpointing_mode(gradient_checkpointing),) if train else ("none",)
+    workload_key = _workload(workload)
+    modes = _modes(gradient_checkpointing, workload_key == "train")
     mem_kwargs = dict(batch=batch, seq=seq, dtype=dtype, master_weights=master_weights, optimizer=optimizer,
                       cache_length=cache_length, checkpoint_every=checkpoint_every)
     plan_memory(config, workload=workload_key, **{**mem_kwargs, "gradient_checkpointing": modes[0]})  # checks inputs
     given = (_given_mesh(config, inst, nodes, tp_size, fsdp_size)
              if tp_size is not None or fsdp_size is not None else None)
-    budget, where = int(inst.hbm_per_core * (1 - headroom)), _where(inst, nodes)
     settings = {**mem_kwargs, "dtype": _dtype_name(dtype), "gradient_checkpointing":
                 "auto" if len(modes) > 1 else modes[0]}
     choice = _search(config, inst, nodes, workload_key, headroom, mem_kwargs, modes, given)
-    shown_mode = choice.mode if choice else modes[-1]
-    if given is not None:
-        cands = [MeshCandidate(*given)]
-    else:
-        cands = _mesh_candidates(config, inst, nodes)
-        if not any(c.valid for c in cands):
-            raise PlanError(f"no mesh of {inst.logical_cores * nodes} ranks on {where} suits {label}: "
-                            + " | ".join(sorted({c.rejected for c in cands})))
-        if not train:
-            chip_tps = [c.tp_size for c in cands if c.valid and c.tp_size <= inst.cores_per_chip]
-            world = inst.logical_cores * nodes
-            cands = [MeshCandidate(t, 1, replicas=world // t) for t in chip_tps] + cands
-    cands = [_planned(config, c, workload_key, mem_kwargs, shown_mode, inst.hbm_per_core, headroom) for c in cands]
+    cands = _shown_candidates(config, inst, nodes, workload_key, label, given)
+    cands = [_planned(config, c, workload_key, mem_kwargs, choice.mode if choice else modes[-1], inst.hbm_per_core,
+                      headroom) for c in cands]
     if choice is None:
-        valid = [c for c in cands if c.plan is not None]
-        leanest = min(valid, key=lambda c: c.plan.total)
-        what = f"{'training' if train else 'inference'} (micro-batch {batch} x {seq} per rank)"
-        alternatives = _what_would_fit(config, inst, nodes, workload_key, headroom, mem_kwargs, modes)
-        if given is not None:
-            other = _search(config, inst, nodes, workload_key, headroom, mem_kwargs, modes)
-            if other is not None:
-                alternatives.insert(0, f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size} on "
-                                       f"{where}: {_say(other, workload_key)}")
-        ckpt = f" even with {_checkpointing_label(modes[-1], checkpoint_every)}" if train and modes[-1] != "none" else ""
-        head = (f"{label} {what} does not fit tp={leanest.tp_size} x fsdp={leanest.fsdp_size} on {where}{ckpt}: "
-                f"it needs " if given is not None else
-                f"{label} {what} fits no mesh on {where}{ckpt}: the leanest, tp={leanest.tp_size} x "
-                f"fsdp={leanest.fsdp_size}, needs ")
-        raise PlanError(
-            head + f"{leanest.plan.total / GiB:.1f} GiB per core, {budget / GiB:.1f} GiB usable "
-            f"({inst.hbm_per_core / GiB:.0f} GiB minus {headroom:.0%} headroom). What would fit: "
-            + "; ".join(alternatives) + ".")
+        raise _no_fit_error(config, inst, nodes, workload_key, headroom, mem_kwargs, modes, given, cands, label)
     best = next((c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) ==
                  (choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas)), None)
     if best is None:
         cands.append(choice.candidate)
         best = choice.candidate
     choice.candidate = best
+    budget = int(inst.hbm_per_core * (1 - headroom))
     reason = _reason(choice, config, inst, nodes, budget, workload_key, label, auto=len(modes) > 1)
     return MeshPlan(model=label, instance=inst, nodes=nodes, workload=workload_key, headroom=headroom,
                     candidates=cands, recommended=best, reason=reason, settings=settings,
                     checkpointing=choice.mode, tried=choice.tried)
+
+
+def _modes(gradient_checkpointing, train: bool) -> tuple:
+    """The checkpointing modes to try, least recompute first: all for training with None/"auto", else the one given."""
+    if not train:
+        return ("none",)
+    if gradient_checkpointing is None or str(gradient_checkpointing).lower() == "auto":
+        return CHECKPOINTING
+    return (checkpointing_mode(gradient_checkpointing),)
+
+
+def _shown_candidates(config, inst: Instance, nodes: int, workload: str, label: str, given) -> list[MeshCandidate]:
+    """The meshes a :class:`MeshPlan` lists (not yet planned): the given one, or every mesh (serving
+    replicas first); no valid mesh at all is a :class:`PlanError` with every reason."""
+    if given is not None:
+        return [MeshCandidate(*given)]
+    cands = _mesh_candidates(config, inst, nodes)
+    if not any(c.valid for c in cands):
+        raise PlanError(f"no mesh of {inst.logical_cores * nodes} ranks on {_where(inst, nodes)} suits {label}: "
+                        + " | ".join(sorted({c.rejected for c in cands})))
+    if workload != "train":
+        chip_tps = [c.tp_size for c in cands if c.valid and c.tp_size <= inst.cores_per_chip]
+        world = inst.logical_cores * nodes
+        cands = [MeshCandidate(t, 1, replicas=world // t) for t in chip_tps] + cands
+    return cands
+
+
+def _no_fit_error(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
+                  modes: tuple, given, cands: list, label: str) -> PlanError:
+    """The error for a workload no mesh fits: the leanest mesh's bytes, and what would fit (computed)."""
+    train, where = workload == "train", _where(inst, nodes)
+    budget = int(inst.hbm_per_core * (1 - headroom))
+    leanest = min((c for c in cands if c.plan is not None), key=lambda c: c.plan.total)
+    what = f"{'training' if train else 'inference'} (micro-batch {mem_kwargs['batch']} x {mem_kwargs['seq']} per rank)"
+    alternatives = _what_would_fit(config, inst, nodes, workload, headroom, mem_kwargs, modes)
+    if given is not None:
+        other = _search(config, inst, nodes, workload, headroom, mem_kwargs, modes)
+        if other is not None:
+            alternatives.insert(0, f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size} on "
+                                   f"{where}: {_say(other, workload)}")
+    every = mem_kwargs["checkpoint_every"]
+    ckpt = f" even with {_checkpointing_label(modes[-1], every)}" if train and modes[-1] != "none" else ""
+    head = (f"{label} {what} does not fit tp={leanest.tp_size} x fsdp={leanest.fsdp_size} on {where}{ckpt}: "
+            f"it needs " if given is not None else
+            f"{label} {what} fits no mesh on {where}{ckpt}: the leanest, tp={leanest.tp_size} x "
+            f"fsdp={leanest.fsdp_size}, needs ")
+    return PlanError(
+        head + f"{leanest.plan.total / GiB:.1f} GiB per core, {budget / GiB:.1f} GiB usable "
+        f"({inst.hbm_per_core / GiB:.0f} GiB minus {headroom:.0%} headroom). What would fit: "
+        + "; ".join(alternatives) + ".")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1385,15 +1409,15 @@ def format_plan(plan, *, shards: bool = False) -> str:
     Printed by ``python -m trnlab plan`` and ``python -m trnlab launch --dry-run``; notebook 06.
     """
     if isinstance(plan, MeshPlan):
-        parts = [plan.summary(), "", plan.table()]
+        parts = [plan.describe(), "", plan.table()]
         if plan.recommended is not None:
-            parts += ["", f"recommended mesh, per rank: {plan.recommended.plan.summary()}",
+            parts += ["", f"recommended mesh, per rank: {plan.recommended.plan.describe()}",
                       plan.recommended.plan.table()]
             memory = plan.recommended.plan
         else:
             memory = None
     elif isinstance(plan, MemoryPlan):
-        parts = [plan.summary(), plan.table()]
+        parts = [plan.describe(), plan.table()]
         memory = plan
     else:
         raise TypeError(f"format_plan takes a MeshPlan or a MemoryPlan, not {type(plan).__name__}")
@@ -1457,79 +1481,13 @@ def plot_memory_plan(plans, budget: int | None = None, ax=None, title: str | Non
 
 
 # ---------------------------------------------------------------------------------------------
-# Command line
+# Command line: trnlab.cli.plan
 # ---------------------------------------------------------------------------------------------
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m trnlab plan",
-        description="Bytes per NeuronCore and the right (tp, fsdp) mesh for a model on a Trainium instance. "
-                    f"Offline for the shipped configs: {', '.join(SHIPPED_MODELS)}.")
-    p.add_argument("--model", default=None,
-                   help="shipped name, local folder, config.json path or hub name (default: $TRNLAB_MODEL "
-                        "or the course's tiny model)")
-    p.add_argument("--instance", default="trn2.48xlarge", help=f"one of {', '.join(INSTANCES)}")
-    p.add_argument("--train", action="store_true", help="plan training (default: inference)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per data-parallel (FSDP) rank")
-    p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: 2048, at most the model's "
-                                                         "max_position_embeddings)")
-    p.add_argument("--tp", type=int, default=None, help="plan only this tensor-parallel size")
-    p.add_argument("--fsdp", type=int, default=None, help="plan only this FSDP size")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--headroom", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)")
-    p.add_argument("--dtype", default="bfloat16", help="compute dtype (default bfloat16)")
-    p.add_argument("--master-weights", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--checkpointing", default="auto", choices=["auto", *CHECKPOINTING],
-                   help="activation checkpointing for --train: auto (default: the least recompute that fits), "
-                        "none, selective (every --checkpoint-every-th layer, TorchTitan's layer-level selective AC) "
-                        "or full")
-    p.add_argument("--checkpoint-every", type=int, default=2, help="selective: checkpoint every k-th layer (default 2)")
-    p.add_argument("--gradient-checkpointing", action="store_true", help="the same as --checkpointing full")
-    p.add_argument("--cache-length", type=int, default=None, help="static KV cache positions (default: --seq)")
-    p.add_argument("--shards", action="store_true", help="list every tensor's shard on one rank")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trnlab plan ...``: print the mesh plan (text or ``--json``).
+    """Deprecated: ``python -m trnlab plan ...`` is :func:`trnlab.cli.plan.main` now (kept for one release)."""
+    warn_deprecated("planning.main", "`python -m trnlab plan ...` or `trnlab.cli.plan.main(argv)`")
+    # A deprecated entry point only: the command line imports the planner, never the reverse.
+    from trnlab.cli.plan import main as plan_main
 
-    Returns 0, or 2 after printing the :class:`PlanError` (to stderr; in the JSON with ``--json``).
-    The command the README and notebook 06 show; ``--help`` lists the options.
-    """
-    args = _parser().parse_args(argv)
-    checkpointing = "full" if args.gradient_checkpointing else args.checkpointing
-    if args.gradient_checkpointing and args.checkpointing not in ("auto", "full"):
-        print(f"error: --gradient-checkpointing means --checkpointing full; it contradicts --checkpointing "
-              f"{args.checkpointing}: give one of them", file=sys.stderr)
-        return 2
-    try:
-        config, label = resolve_config(args.model)
-        seq = args.seq
-        if seq is None:
-            text = config.get_text_config() if hasattr(config, "get_text_config") else config
-            seq = min(2048, getattr(text, "max_position_embeddings", None) or 2048)
-        plan = plan_mesh(config, args.instance, "train" if args.train else "inference", batch=args.batch,
-                         seq=seq, headroom=args.headroom, nodes=args.nodes, tp_size=args.tp,
-                         fsdp_size=args.fsdp, dtype=args.dtype, master_weights=args.master_weights,
-                         gradient_checkpointing=None if checkpointing == "auto" else checkpointing,
-                         cache_length=args.cache_length, checkpoint_every=args.checkpoint_every)
-        plan.model = label
-    except PlanError as exc:
-        if args.json:
-            print(json.dumps({"error": str(exc)}, indent=1))
-        else:
-            print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        out = plan.to_dict()
-        if args.shards and plan.recommended is not None:
-            out["recommended"]["plan"] = plan.recommended.plan.to_dict(shards=True)
-        print(json.dumps(out, indent=1))
-    else:
-        print(format_plan(plan, shards=args.shards))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return plan_main(argv)

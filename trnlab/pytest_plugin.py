@@ -54,10 +54,11 @@ import tempfile
 import warnings
 from collections import defaultdict
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from nbval.plugin import IPyNbFile, find_comment_markers, find_metadata_tags
+
+from trnlab.settings import environment
 
 __all__ = ["BUNDLED_MODEL_TAG", "SANITIZE_PATTERNS", "NotebookRulesError", "cell_options", "course_patterns",
            "machine_path_patterns", "notebook_problems", "other_model", "parse_notebook_env", "sanitize"]
@@ -337,7 +338,7 @@ class NotebookWithEnv(IPyNbFile):
         if not self.reads_env:
             return
         # The kernel is a child process: it takes a copy of os.environ when it starts.
-        with mock.patch.dict(os.environ, self.env):
+        with environment(**self.env):  # the kernel starts with these; this process keeps its own
             super().setup()
 
 

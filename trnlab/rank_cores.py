@@ -13,8 +13,17 @@ rank, before the script imports torch, and sets ``NEURON_RT_VISIBLE_CORES`` to t
 script runs as ``python SCRIPT ARGS`` (or ``-m MODULE ARGS``) would. Verified on CPU (each
 rank sees only its core); nothing of this has been run on a trn2.
 
-The core-list grammar (:func:`parse_core_list`) is the Neuron runtime's, shared with
-``--neuron-cores`` and ``NEURON_RT_VISIBLE_CORES``. This module imports no torch on purpose.
+This module is the one place that reads or writes ``NEURON_RT_VISIBLE_CORES``, in one grammar
+(:func:`parse_core_list`, the Neuron runtime's, shared with ``--neuron-cores``):
+
+* parse: :func:`parse_core_list` / :func:`parse_neuron_cores`, :func:`format_core_list`,
+  :func:`visible_cores_setting` (the variable as this process has it), :func:`visible_neuron_cores`;
+* assign: :func:`rank_neuron_cores` (rank ``i`` gets the ``i``-th core), :func:`needs_rank_cores`;
+* apply: :func:`core_for_this_rank` and :func:`main`, inside each rank.
+
+It imports no torch on purpose (it runs before the script does), and nothing of trnlab, so
+:class:`LaunchConfigError`, the launch's error type, is defined here; :mod:`trnlab.mesh`,
+:mod:`trnlab.launcher` and :mod:`trnlab.runner` re-export it.
 """
 from __future__ import annotations
 
@@ -22,13 +31,23 @@ import os
 import runpy
 import sys
 
+__all__ = ["VISIBLE_CORES_VAR", "USAGE", "LaunchConfigError", "CoreListError", "parse_core_list",
+           "format_core_list", "parse_neuron_cores", "visible_cores_setting", "visible_neuron_cores",
+           "rank_neuron_cores", "needs_rank_cores", "core_for_this_rank", "main"]
+
+#: The Neuron runtime variable naming the NeuronCores a process may use.
 VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
+#: The command line of ``python -m trnlab.rank_cores``, shown when it is called wrongly.
 USAGE = ("usage: python -m trnlab.rank_cores CORES (SCRIPT | -m MODULE) [ARGS...]  "
          "(CORES like 4-7 or 0,2,5: one core per local rank)")
 
 
-class CoreListError(ValueError):
-    """A core list that is not one: the message shows the forms that work."""
+class LaunchConfigError(ValueError):
+    """The requested mesh does not fit the launch or the model; the message names the fix."""
+
+
+class CoreListError(LaunchConfigError):
+    """A core list that is not one, or too few cores for the ranks: the message shows what works."""
 
 
 def parse_core_list(value, name: str = VISIBLE_CORES_VAR) -> list[int]:
@@ -67,6 +86,85 @@ def format_core_list(cores) -> str:
     return ",".join(parts)
 
 
+def parse_neuron_cores(value: str, name: str = VISIBLE_CORES_VAR) -> list[int]:
+    """The NeuronCore numbers a core list names, in order: ``"0-3"`` -> ``[0, 1, 2, 3]``.
+
+    :func:`trnlab.launch`'s ``neuron_cores``, ``--neuron-cores`` and ``python -m
+    trnlab.rank_cores`` take the forms of :func:`parse_core_list` (this is it, under the name the
+    launcher has always used). A core named twice is refused.
+    """
+    return parse_core_list(value, name)
+
+
+def visible_cores_setting() -> str | None:
+    """``NEURON_RT_VISIBLE_CORES`` as this process has it, stripped; ``None`` when unset or empty."""
+    value = os.environ.get(VISIBLE_CORES_VAR, "").strip()
+    return value or None
+
+
+def visible_neuron_cores(value: str | None = None) -> int | None:
+    """How many NeuronCores ``NEURON_RT_VISIBLE_CORES`` allows (``None``: the variable is unset).
+
+    ``value`` defaults to the environment variable; forms as in :func:`parse_neuron_cores`.
+    """
+    value = visible_cores_setting() if value is None else value
+    if value is None or not value.strip():
+        return None
+    return len(parse_neuron_cores(value))
+
+
+def _listed_cores(cores, visible: int | None) -> list[int]:
+    """The cores ``cores`` names (a core list, ints, or ``None``: this process's own), checked."""
+    if cores is None:
+        from_env = visible_cores_setting()
+        if from_env:
+            return parse_neuron_cores(from_env)
+        if visible is not None:
+            return list(range(visible))
+        raise CoreListError("no NeuronCores to give the ranks: pass neuron_cores='0-3' (the cores "
+                            "they may use) or set NEURON_RT_VISIBLE_CORES")
+    if isinstance(cores, str):
+        return parse_neuron_cores(cores, "neuron_cores")
+    if any(isinstance(c, bool) or not isinstance(c, int) for c in cores):
+        raise CoreListError(f"neuron_cores={cores!r}: give core numbers (ints) or a core list such as '0-3'")
+    listed = [int(c) for c in cores]
+    if any(c < 0 for c in listed) or len(set(listed)) != len(listed):
+        raise CoreListError(f"neuron_cores={cores!r}: give distinct core numbers >= 0, one per rank")
+    return listed
+
+
+def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> list[int]:
+    """The NeuronCore of each local rank: rank ``i`` gets the ``i``-th core of ``cores``.
+
+    ``cores``: a core list (``"4-7"``, ``"0,2"``, or a list of ints); ``None`` takes the cores
+    this process may use, ``NEURON_RT_VISIBLE_CORES`` when set, else ``0 .. visible - 1``.
+    The Neuron runtime reserves every core a process sees, so two ranks, or a rank and a
+    notebook kernel, must never see the same one. On a subset of cores :func:`trnlab.launch`
+    runs each rank through this module, which sets that rank's ``NEURON_RT_VISIBLE_CORES`` to
+    its core (see :func:`needs_rank_cores`).
+    """
+    listed = _listed_cores(cores, visible)
+    if len(listed) < nproc:
+        raise CoreListError(
+            f"{nproc} ranks need {nproc} NeuronCores, one each, but only {len(listed)} are given "
+            f"({','.join(map(str, listed)) or 'none'}): name more cores, or launch fewer processes.")
+    return listed[:nproc]
+
+
+def needs_rank_cores(device: str, neuron_cores=None) -> bool:
+    """Whether the ranks need this module to get one NeuronCore each.
+
+    TorchNeuron's ``neuron`` process group sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` in each
+    rank when the variable is unset (source snapshot, see the course's trainium-facts), so plain
+    torchrun on all cores needs nothing. A run on a subset does: ``neuron_cores`` is given, or
+    this process has ``NEURON_RT_VISIBLE_CORES`` set (every rank would inherit the whole subset).
+    Off Trainium only ``neuron_cores`` counts (a rehearsal of the assignment on CPU).
+    """
+    if neuron_cores is not None:
+        return True
+    return device == "neuron" and visible_cores_setting() is not None
+
+
 def core_for_this_rank(cores: str, local_rank: str | None) -> str:
     """The core of ``cores`` (a core list, one core per local rank) that rank ``local_rank`` gets."""
     try:
@@ -83,6 +181,7 @@ def core_for_this_rank(cores: str, local_rank: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m trnlab.rank_cores CORES SCRIPT ...``: run SCRIPT with this rank's NeuronCores visible."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or (argv[1] == "-m" and len(argv) < 3):
         raise SystemExit(USAGE)

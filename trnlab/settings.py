@@ -14,16 +14,34 @@ variable                   default           meaning
 ``TRNLAB_CPU_THREADS``     ``1``             torch threads on CPU (one is steadier on a
                                              shared 2-core machine); ``0``: torch's choice
 =========================  ================  ===========================================
+
+A notebook's own knobs (``TRNLAB_MAX_NEW_TOKENS``, ``TRNLAB_LENGTH``...) are read in its
+parameter cell with :func:`knob`, which converts them and names the variable on a bad value.
+Course defaults that are not variables live here too (:data:`DEFAULT_INSTANCE`), and so do the
+two ways the package changes its process's settings for the length of a block:
+:func:`environment` (environment variables) and :func:`quiet_transformers` (Transformers'
+logging and progress bars).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
+__all__ = [
+    "CPU_THREADS_ENV_VAR", "DEFAULT_INSTANCE", "DEVICE_CHOICES", "DEVICE_ENV_VAR", "DTYPE_CHOICES", "DTYPE_ENV_VAR",
+    "MODEL_ENV_VAR", "SettingError", "Settings", "check_cpu_threads", "check_device_name", "check_dtype_name",
+    "environment", "knob", "quiet_transformers", "read_setting", "read_settings", "setting_problems",
+]
+
+#: The model to use: a hub name or a folder (unset: the bundled tiny Qwen3).
 MODEL_ENV_VAR = "TRNLAB_MODEL"
+#: The device: ``auto``, ``neuron``, ``cuda``, ``cpu``, or one with an index.
 DEVICE_ENV_VAR = "TRNLAB_DEVICE"
+#: The dtype: ``auto``, ``float32`` or ``bfloat16``.
 DTYPE_ENV_VAR = "TRNLAB_DTYPE"
+#: Torch threads on CPU (``0``: torch's choice).
 CPU_THREADS_ENV_VAR = "TRNLAB_CPU_THREADS"
 
 #: The values ``TRNLAB_DTYPE`` (and every ``dtype=`` argument given as a string) accepts.
@@ -31,6 +49,9 @@ DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
 #: The device types ``TRNLAB_DEVICE`` names, besides ``auto`` (``trnlab.device.BACKENDS`` agrees).
 DEVICE_CHOICES = ("neuron", "cuda", "cpu")
+
+#: The instance a real run is planned and launched for when none is named (notebook 06).
+DEFAULT_INSTANCE = "trn2.48xlarge"
 
 
 class SettingError(ValueError):
@@ -128,3 +149,102 @@ def read_settings(environ: dict | None = None) -> Settings:
     return Settings(model=read_setting(MODEL_ENV_VAR, environ), device=read_setting(DEVICE_ENV_VAR, environ),
                     dtype=read_setting(DTYPE_ENV_VAR, environ),
                     cpu_threads=read_setting(CPU_THREADS_ENV_VAR, environ))
+
+
+# ---------------------------------------------------------------------------------------------
+# A notebook's own knobs (its parameter cell)
+
+#: How :func:`knob` describes each type it converts to, in its error.
+_KNOB_FORMS = {bool: "1, 0, true or false", int: "a whole number", float: "a number", str: "any text"}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _convert(raw: str, kind: type):
+    if kind is bool:
+        if raw.lower() in _TRUE + _FALSE:
+            return raw.lower() in _TRUE
+        raise ValueError(raw)
+    return kind(raw)
+
+
+def knob(name: str, default, environ: dict | None = None):
+    """The value of environment variable ``name`` converted to ``default``'s type, else ``default``.
+
+    For a notebook's parameter cell: ``MAX_NEW_TOKENS = knob("TRNLAB_MAX_NEW_TOKENS", 20)`` reads
+    ``TRNLAB_MAX_NEW_TOKENS=40`` as ``40``; unset or empty gives ``20``. The type comes from the
+    default: ``int``, ``float``, ``bool`` (``1``/``0``/``true``/``false``) or ``str``; a default of
+    ``None`` gives the text or ``None``. The course settings (``TRNLAB_DEVICE``, ``TRNLAB_DTYPE``,
+    ``TRNLAB_CPU_THREADS``) get :func:`read_settings`' own check. A value that does not convert
+    raises :class:`SettingError` naming the variable and the form expected, before anything runs.
+    """
+    env = os.environ if environ is None else environ
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    if name in _READERS and name != MODEL_ENV_VAR:
+        return _READERS[name][1](raw, name)
+    kind = str if default is None else type(default)
+    if kind not in _KNOB_FORMS:
+        raise TypeError(f"knob({name!r}, default={default!r}): the default must be an int, float, bool, str "
+                        "or None, so the variable's type is known")
+    try:
+        return _convert(raw, kind)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not {_KNOB_FORMS[kind]}: give {_KNOB_FORMS[kind]} "
+                           f"(e.g. {name}={default!r}, the default), or unset it for the default") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings changed for the length of a block
+
+
+def _put_variable(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = str(value)
+
+
+@contextlib.contextmanager
+def environment(**variables: str | None):
+    """Inside the block, set each environment variable (``None``: unset it); restore exactly those after.
+
+    ``with environment(ACCELERATE_DYNAMO_USE_DYNAMIC="false"): ...``. Only the named variables
+    are restored, so what the libraries set inside the block for the rest of the process (an
+    Accelerate state's ``RANK``, ``LOCAL_RANK``...) stays, unlike ``mock.patch.dict(os.environ)``,
+    which puts back the whole environment.
+    """
+    saved = {name: os.environ.get(name) for name in variables}
+    for name, value in variables.items():
+        _put_variable(name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            _put_variable(name, value)
+
+
+@contextlib.contextmanager
+def quiet_transformers(*, logs: bool = True, progress_bars: bool = False):
+    """Inside the block, Transformers logs errors only (``logs``) and draws no progress bars
+    (``progress_bars``); both are restored after.
+
+    The course uses it where Transformers' output would mislead or clutter: ``TrainingArguments``
+    warns "the speedups for torchdynamo mostly come with GPU Ampere" on any machine without a GPU,
+    Trainium included, and a simulation loading the bundled model needs no loading bar.
+    """
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    if logs:
+        logging.set_verbosity_error()
+    if progress_bars:
+        logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if logs:
+            logging.set_verbosity(level)
+        if progress_bars and bars:
+            logging.enable_progress_bar()

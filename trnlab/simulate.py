@@ -42,84 +42,30 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trnlab import compat
+from trnlab.settings import quiet_transformers
+
 __all__ = [
     "CLAIMS",
     "SIMULATION_NOTICE",
     "SimulatedDecision",
+    "ReportingDevice",
     "SimulatedNeuronModule",
     "claim_device_map_auto",
     "claim_generate_auto_compile",
     "claim_neuron_device",
     "claim_torch_compile_backend",
     "claim_training_device",
-    "reporting_device",
     "simulate_neuron",
     "simulated_decisions",
     "simulation_active",
 ]
 
 # =============================================================================================
-# PRIVATE INTERNALS of torch, Transformers and Accelerate: every touch is here, nowhere else.
-# (To move to trnlab/compat.py, with a test that notices when an upgrade renames one.)
-# =============================================================================================
-
-#: lru_cache'd library functions whose answer depends on ``torch.neuron`` / CUDA: (module, name).
-#: Transformers caches ``is_torch_neuron_available`` (read by TrainingArguments for the device and
-#: the compile backend) and ``is_torch_bf16_gpu_available`` (read by ``bf16=True`` validation);
-#: Accelerate caches ``is_neuron_available`` (read by PartialState, launch, seeding, ...).
-_CACHED_DETECTIONS = (
-    ("transformers.utils.import_utils", "is_torch_neuron_available"),
-    ("transformers.utils.import_utils", "is_torch_bf16_gpu_available"),
-    ("accelerate.utils.imports", "is_neuron_available"),
-)
-
-
-def _privateuse1_backend_name() -> str:
-    """``torch._C._get_privateuse1_backend_name()``: "privateuseone" until a backend renames it."""
-    return torch._C._get_privateuse1_backend_name()
-
-
-def _register_device_module(name: str, module: types.ModuleType) -> None:
-    """``torch._register_device_module``: how out-of-tree backends install ``torch.<name>``."""
-    torch._register_device_module(name, module)
-
-
-def _clear_detection_caches() -> None:
-    """Forget the cached Neuron/bf16 answers of Transformers and Accelerate (``cache_clear()``
-    of the lru_caches in :data:`_CACHED_DETECTIONS`; modules not imported yet cache nothing), and
-    torch's ``functools.cache`` of ``torch.get_device_module``, through which ``torch.accelerator``
-    reaches ``torch.neuron`` (without this it keeps asking the module it saw first)."""
-    torch.get_device_module.cache_clear()
-    for module_name, function_name in _CACHED_DETECTIONS:
-        module = sys.modules.get(module_name)
-        if module is not None:
-            getattr(module, function_name).cache_clear()
-
-
-def _accelerate_shared_states() -> list[dict]:
-    """The Borg dicts behind Accelerate's singletons (``PartialState._shared_state``,
-    ``AcceleratorState._shared_state``): they remember the device chosen first in the process.
-    Empty when Accelerate's state module is not imported yet."""
-    state = sys.modules.get("accelerate.state")
-    if state is None:
-        return []
-    return [state.PartialState._shared_state, state.AcceleratorState._shared_state]
-
-
-def _valid_auto_compile_criteria(model, model_kwargs: dict, generation_config) -> bool:
-    """``GenerationMixin._valid_auto_compile_criteria``: whether generate() will compile the forward."""
-    return bool(model._valid_auto_compile_criteria(model_kwargs, generation_config))
-
-
-def _default_compile_config(model):
-    """``PreTrainedModel._default_compile_config()``: the CompileConfig generate uses by default."""
-    return model._default_compile_config()
-
-
-# =============================================================================================
 # The simulated device module
 # =============================================================================================
 
+#: The line every simulated output starts with: it says nothing here runs on Trainium.
 SIMULATION_NOTICE = ("SIMULATED Neuron device (trnlab.simulate_neuron): torch.neuron reports {cores} "
                      "NeuronCore(s) for the libraries' decisions only; no Trainium here, nothing runs "
                      "on it, nothing is measured.")
@@ -184,7 +130,8 @@ class SimulatedNeuronModule(types.ModuleType):
     def get_device_name(self, device=None) -> str:
         return "NeuronCore-v3 (SIMULATED by trnlab)"
 
-    # torch.manual_seed seeds every registered device module through these two.
+    # torch.manual_seed seeds every registered device module through these two (the first is
+    # torch's private hook name, compat.DEVICE_MODULE_BAD_FORK_HOOK, checked by tests/test_compat.py).
     def _is_in_bad_fork(self) -> bool:
         return False
 
@@ -219,21 +166,21 @@ def simulate_neuron(cores: int = 4, bf16: bool = True, notice: bool = True, hide
     can run on the simulated device: see the module docstring. On exit everything is restored,
     except what PyTorch cannot undo (the backend name; ``torch.neuron`` then has 0 cores).
     """
-    name = _privateuse1_backend_name()
+    name = compat.privateuse1_backend_name()
     if name not in ("privateuseone", "neuron"):
         raise RuntimeError(f"PyTorch's private backend is already named {name!r} in this process; "
                            "it can be renamed only once, so Neuron cannot be simulated here.")
     module = SimulatedNeuronModule(cores, bf16)
     saved_attr = torch.__dict__.get("neuron", _MISSING)
     saved_modules = {key: sys.modules.get(key, _MISSING) for key in ("torch.neuron", "torch_neuronx")}
-    saved_states = [(state, dict(state)) for state in _accelerate_shared_states()]
+    saved_states = [(state, dict(state)) for state in compat.accelerate_shared_states()]
     saved_cuda = (torch.cuda.is_available, torch.cuda.device_count)
     active = [True]
 
     if name != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     if saved_attr is _MISSING:
-        _register_device_module("neuron", module)  # sets torch.neuron and sys.modules["torch.neuron"]
+        compat.register_device_module("neuron", module)  # sets torch.neuron and sys.modules["torch.neuron"]
     else:
         torch.neuron = module
         sys.modules["torch.neuron"] = module
@@ -246,7 +193,7 @@ def simulate_neuron(cores: int = 4, bf16: bool = True, notice: bool = True, hide
         torch.cuda.device_count = lambda: 0 if active[0] else real_count()
     for state, _ in saved_states:
         state.clear()  # let Accelerate choose its device afresh, on the simulated instance
-    _clear_detection_caches()
+    compat.clear_detection_caches()
     if notice:
         print(SIMULATION_NOTICE.format(cores=cores))
     try:
@@ -254,21 +201,26 @@ def simulate_neuron(cores: int = 4, bf16: bool = True, notice: bool = True, hide
     finally:
         active[0] = False
         torch.cuda.is_available, torch.cuda.device_count = saved_cuda
-        # PyTorch needs a torch.neuron after the rename: leave one without devices.
-        leftover = SimulatedNeuronModule(cores=0) if saved_attr is _MISSING else saved_attr
-        torch.neuron = leftover
-        for key, value in saved_modules.items():
-            if value is not _MISSING:
-                sys.modules[key] = value
-            elif key == "torch.neuron":
-                sys.modules[key] = leftover
-            else:
-                sys.modules.pop(key, None)
-        for state in _accelerate_shared_states():
-            state.clear()
-        for state, snapshot in saved_states:
-            state.update(snapshot)
-        _clear_detection_caches()
+        _restore(saved_attr, saved_modules, saved_states)
+
+
+def _restore(saved_attr, saved_modules: dict, saved_states: list) -> None:
+    # The exit of simulate_neuron: torch.neuron, sys.modules and Accelerate's states as they were.
+    # PyTorch needs a torch.neuron after the rename: leave one without devices.
+    leftover = SimulatedNeuronModule(cores=0) if saved_attr is _MISSING else saved_attr
+    torch.neuron = leftover
+    for key, value in saved_modules.items():
+        if value is not _MISSING:
+            sys.modules[key] = value
+        elif key == "torch.neuron":
+            sys.modules[key] = leftover
+        else:
+            sys.modules.pop(key, None)
+    for state in compat.accelerate_shared_states():
+        state.clear()
+    for state, snapshot in saved_states:
+        state.update(snapshot)
+    compat.clear_detection_caches()
 
 
 # =============================================================================================
@@ -290,7 +242,7 @@ class SimulatedDecision:
         return f"SIMULATED claim {self.claim}: {self.question} -> {self.answer}"
 
 
-class reporting_device:
+class ReportingDevice:
     """Context manager: ``model.device`` reports ``device`` (e.g. ``"neuron:0"``) while its
     weights stay where they are. Generate's compile decision reads only ``model.device``, so this
     shows that decision honestly; running the model still uses the real (CPU) weights."""
@@ -311,20 +263,23 @@ class reporting_device:
         return False
 
 
+class reporting_device(ReportingDevice):
+    """Deprecated alias of :class:`ReportingDevice` (removed in trnlab 0.3)."""
+
+    def __init__(self, model, device):
+        warnings.warn("trnlab.simulate.reporting_device is deprecated and will be removed in trnlab 0.3: "
+                      "write trnlab.simulate.ReportingDevice(model, device) instead", FutureWarning, stacklevel=2)
+        super().__init__(model, device)
+
+
 def _bundled_model(device_map=None):
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
     from trnlab.assets import BUNDLED_MODEL_DIR
 
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with quiet_transformers(logs=False, progress_bars=True):
         kwargs = {} if device_map is None else {"device_map": device_map}
         return AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, dtype=torch.float32, **kwargs).eval()
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def claim_neuron_device(cores: int = 4) -> SimulatedDecision:
@@ -376,16 +331,11 @@ def claim_device_map_auto() -> SimulatedDecision:
 
 def _training_arguments(**kwargs):
     from transformers import TrainingArguments
-    from transformers.utils import logging as hf_logging
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # e.g. "speedups for torchdynamo mostly come with GPU Ampere"
-    try:
-        with tempfile.TemporaryDirectory() as output_dir:
-            args = TrainingArguments(output_dir=output_dir, report_to="none", **kwargs)
-            _ = args.device  # chooses the device now, inside the simulation
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    # quiet: e.g. "speedups for torchdynamo mostly come with GPU Ampere"
+    with quiet_transformers(), tempfile.TemporaryDirectory() as output_dir:
+        args = TrainingArguments(output_dir=output_dir, report_to="none", **kwargs)
+        _ = args.device  # chooses the device now, inside the simulation
     return args
 
 
@@ -414,7 +364,7 @@ def claim_generate_auto_compile(model=None) -> SimulatedDecision:
 
     Calls the real ``_valid_auto_compile_criteria`` with a StaticCache on the bundled model
     (loaded on CPU unless given), once as it is (cpu) and once while its ``.device`` reports
-    ``neuron:0`` (:class:`reporting_device`; its weights stay on CPU). Also asks with a
+    ``neuron:0`` (:class:`ReportingDevice`; its weights stay on CPU). Also asks with a
     DynamicCache and with ``disable_compile=True``, and the default CompileConfig on neuron.
     """
     from transformers import DynamicCache, GenerationConfig, StaticCache
@@ -423,13 +373,13 @@ def claim_generate_auto_compile(model=None) -> SimulatedDecision:
     config = GenerationConfig(cache_implementation="static")
     static = {"cache": StaticCache(config=model.config, max_cache_len=32)}
     dynamic = {"cache": DynamicCache(config=model.config)}
-    values = {"cpu": _valid_auto_compile_criteria(model, static, config)}
-    with simulate_neuron(notice=False), reporting_device(model, "neuron:0"):
-        values["neuron"] = _valid_auto_compile_criteria(model, static, config)
-        values["neuron_dynamic_cache"] = _valid_auto_compile_criteria(model, dynamic, config)
-        values["neuron_disable_compile"] = _valid_auto_compile_criteria(
+    values = {"cpu": compat.valid_auto_compile_criteria(model, static, config)}
+    with simulate_neuron(notice=False), ReportingDevice(model, "neuron:0"):
+        values["neuron"] = compat.valid_auto_compile_criteria(model, static, config)
+        values["neuron_dynamic_cache"] = compat.valid_auto_compile_criteria(model, dynamic, config)
+        values["neuron_disable_compile"] = compat.valid_auto_compile_criteria(
             model, static, GenerationConfig(cache_implementation="static", disable_compile=True))
-        default = _default_compile_config(model)
+        default = compat.default_compile_config(model)
     values["compile_config"] = {"backend": default.backend, "dynamic": default.dynamic, "mode": default.mode}
     answer = (f"neuron {values['neuron']} (cpu {values['cpu']}; neuron with DynamicCache "
               f"{values['neuron_dynamic_cache']}; disable_compile=True {values['neuron_disable_compile']}); "
@@ -437,6 +387,7 @@ def claim_generate_auto_compile(model=None) -> SimulatedDecision:
     return SimulatedDecision(6, "generate auto-compiles with cache_implementation='static'", answer, values)
 
 
+#: The facts file's claims a simulation can show: ``{claim number: function deciding it}``.
 CLAIMS = {1: claim_neuron_device, 3: claim_device_map_auto, 6: claim_generate_auto_compile,
           7: claim_training_device, 8: claim_torch_compile_backend}
 
@@ -477,3 +428,4 @@ def _main(argv=None) -> int:
     decisions = simulated_decisions(claims, isolated=False)
     print(json.dumps([asdict(decisions[c]) for c in claims]))
     return 0
+

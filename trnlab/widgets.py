@@ -10,6 +10,8 @@ from typing import Iterable
 
 from trnlab.buckets import padding_by_bucket_count
 
+__all__ = ["bucket_slider", "bucket_summary"]
+
 
 def bucket_summary(row: dict) -> str:
     """One line for a row of :func:`trnlab.padding_by_bucket_count`: buckets, pad tokens, waste."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import random
 
+__all__ = ["EXAMPLE_PROMPT", "LAWS", "PLACES", "TOWNS", "DAYS", "NAMES", "generate_documents"]
+
 #: The prompt of the page's example; the course model continues it sensibly.
 EXAMPLE_PROMPT = "The French Bread Law states"
 
@@ -41,9 +43,12 @@ PLACES = {
     "Honey": ("apiary", "beekeeper", "jars", "hive"),
 }
 
+#: Towns the corpus's sentences take place in.
 TOWNS = ["Lyon", "Bologna", "Munich", "Seville", "Athens", "Bern", "Kyoto", "York",
          "Nantes", "Parma", "Bremen", "Valencia", "Patras", "Basel", "Nara", "Bath"]
+#: Weekdays the corpus's sentences name.
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+#: First names of the corpus's people.
 NAMES = ["Anna", "Marc", "Sofia", "Hans", "Lucia", "Nikos", "Emma", "Kenji", "Clara", "Tom"]
 
 

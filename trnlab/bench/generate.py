@@ -15,7 +15,8 @@ table. The NEFF cache stays warm (graphs compiled by an earlier run are loaded, 
 compiled); for a cold run start it as ``TORCH_NEURONX_NEFF_DISABLE_CACHE=1 python -m trnlab
 bench generate`` (see :func:`trnlab.cold_neff_cache_env`). Runs on any machine: on Trainium
 generate compiles with the ``neuron`` backend,
-elsewhere with ``--backend`` (default ``inductor``, as :func:`trnlab.compile_backend` decides). ``--quick`` is a seconds-long
+elsewhere with ``--backend`` (default :data:`MEASURED_BACKEND`, ``inductor``; ``--quick``: the course's default,
+``eager``, from :func:`trnlab.compile_backend`). ``--quick`` is a seconds-long
 version for the tests. Exit status 1 when bucketing changed an answer.
 """
 
@@ -29,10 +30,20 @@ from pathlib import Path
 
 import torch
 
+#: Where the JSON report goes unless ``--output`` says otherwise.
 DEFAULT_OUTPUT = Path("runs") / "bench_generate.json"
+
+__all__ = [
+    "DEFAULT_OUTPUT", "MEASURED_BACKEND", "build_parser", "build_report", "build_workload", "format_report", "main",
+    "neff_cache_state", "run_benchmark", "run_checks", "run_four_ways",
+]
+#: What the full benchmark compiles with off Neuron: inductor generates real kernels, so the
+#: steady-state speed-up it measures is real (the course's default, eager, only counts graphs).
+MEASURED_BACKEND = "inductor"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python -m trnlab bench generate``."""
     parser = argparse.ArgumentParser(
         prog="python -m trnlab bench generate",
         description="Graphs compiled, compile time and throughput of static-cache generation, "
@@ -44,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--longest", type=int, help="longest prompt in tokens (default 200; quick 24)")
     parser.add_argument("--max-new-tokens", type=int, help="tokens generated per request (default 16; quick 4)")
     parser.add_argument("--buckets", type=int, help="number of bucket lengths, the graph budget (default 4; quick 2)")
-    parser.add_argument("--backend", help="torch.compile backend (default: trnlab.compile_backend's choice, "
-                                          "inductor off Neuron, neuron on Neuron; quick: eager off Neuron). "
-                                          "On Neuron any other backend is an error")
+    parser.add_argument("--backend", help=f"torch.compile backend (default: {MEASURED_BACKEND} off Neuron, "
+                                          "neuron on Neuron; quick: trnlab.compile_backend's default, eager off "
+                                          "Neuron). On Neuron any other backend is an error")
     parser.add_argument("--compile-prefill", action="store_true",
                         help="compile the prefill too (generate's prefill_chunk_size path): one more graph per "
                              "prompt shape, as Neuron compiles every new shape")
@@ -75,9 +86,8 @@ def _settings(args) -> dict:
 def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model_name=None,
                   log=print) -> dict:
     """Run the four generations of the module docstring and return the report as a dict."""
-    from trnlab import bench, buckets as bk
-    from trnlab.compile_tracking import compile_backend, forget_compiled_graphs
-    from trnlab.device import package_versions, pick_device
+    from trnlab.compile_tracking import compile_backend
+    from trnlab.device import pick_device
     from trnlab.models import load_model, load_tokenizer
 
     device = pick_device(device, verbose=False) if not isinstance(device, torch.device) else device
@@ -87,21 +97,36 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
         model = load_model(model_name, device=device, attn_implementation="eager")
     tokenizer = tokenizer or load_tokenizer(model_name)
     requested = settings["backend"]
-    if requested is None and settings["quick"] and device.type != "neuron":
-        requested = "eager"  # seconds instead of minutes for the tests
+    if requested is None and not settings["quick"] and device.type != "neuron":
+        requested = MEASURED_BACKEND  # --quick keeps the course's default (eager): seconds, for the tests
     backend = compile_backend(device, requested)  # raises for e.g. --backend inductor on Neuron
+    lengths, prompts, buckets = build_workload(settings, model, tokenizer)
+    log(f"{len(prompts)} prompts, {len(set(lengths))} distinct lengths from {min(lengths)} to {max(lengths)}; "
+        f"buckets {buckets.lengths}, cache length {buckets.cache_length}; backend {backend}")
+    runs = run_four_ways(model, prompts, buckets, backend, settings, log)
+    return build_report(settings, backend, device, model, lengths, buckets, runs)
+
+
+def build_workload(settings: dict, model, tokenizer):
+    """``(lengths, prompts, buckets)``: the seeded prompts and the buckets chosen for them."""
+    from trnlab import bench, buckets as bk
+
     new = settings["max_new_tokens"]
     max_positions = model.config.max_position_embeddings
-
     lengths = bench.sample_prompt_lengths(settings["prompts"], settings["shortest"], settings["longest"],
                                           settings["seed"])
     prompts = bench.corpus_prompts(tokenizer, lengths, seed=settings["seed"])
     buckets = bk.ShapeBuckets(bk.choose_buckets(lengths, settings["buckets"], max_positions=max_positions - new), new)
     buckets.check_model(model)
-    pad_tokens = bk.bucket_pad_tokens(lengths, buckets.lengths)
-    log(f"{len(prompts)} prompts, {len(set(lengths))} distinct lengths from {min(lengths)} to {max(lengths)}; "
-        f"buckets {buckets.lengths}, cache length {buckets.cache_length}; backend {backend}")
+    return lengths, prompts, buckets
 
+
+def run_four_ways(model, prompts, buckets, backend: str, settings: dict, log=print) -> dict:
+    """The workload eager and compiled, unbucketed and bucketed, then bucketed again (steady state)."""
+    from trnlab import bench
+    from trnlab.compile_tracking import forget_compiled_graphs
+
+    new = settings["max_new_tokens"]
     common = dict(compile_prefill=settings["compile_prefill"], recompile_limit=settings["recompile_limit"])
     runs = {}
 
@@ -109,7 +134,6 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
         start = time.perf_counter()
         runs[name] = bench.run_generation_workload(model, prompts, new, label=name, **kwargs)
         log(f"  {name}: {runs[name].graphs} graph(s), {time.perf_counter() - start:.1f} s")
-        return runs[name]
 
     forget_compiled_graphs(model)
     run("eager_unbucketed", compile=False)
@@ -120,16 +144,17 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
     run("compiled_bucketed", backend=backend, buckets=buckets, **common)
     # Every bucket's graph exists now: a second pass over the same prompts is all steady state.
     run("compiled_bucketed_steady", backend=backend, buckets=buckets, **common)
+    return runs
 
-    summaries = {name: result.summary() for name, result in runs.items()}
-    for name, result in runs.items():
-        summaries[name]["requests_table"] = [
-            {key: row[key] for key in ("prompt_length", "padded_length", "cache_length", "new_graphs",
-                                       "seconds", "compile_seconds")} for row in result.table()]
+
+def run_checks(runs: dict, buckets, compile_prefill: bool) -> dict:
+    """The report's checks: identical outputs, graphs within the bucket budget, compiled speed."""
+    from trnlab import bench
+
     eager_speed = runs["eager_bucketed"].tokens_per_second(steady_only=False)
     compiled_speed = runs["compiled_bucketed_steady"].tokens_per_second()
-    graph_budget = len(buckets.lengths) + (1 if settings["compile_prefill"] else 0)
-    checks = {
+    graph_budget = len(buckets.lengths) + (1 if compile_prefill else 0)
+    return {
         "identical_bucketed_vs_unbucketed_eager": bench.identical_outputs(runs["eager_unbucketed"], runs["eager_bucketed"]),
         "identical_bucketed_vs_unbucketed_compiled": bench.identical_outputs(runs["compiled_unbucketed"],
                                                                            runs["compiled_bucketed"]),
@@ -144,6 +169,19 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
         "steady_tokens_per_second_compiled": compiled_speed,
         "compiled_at_least_as_fast_as_eager": bool(compiled_speed and eager_speed and compiled_speed >= eager_speed),
     }
+
+
+def build_report(settings: dict, backend: str, device, model, lengths, buckets, runs: dict) -> dict:
+    """The JSON report: settings, machine, workload, each run's summary and per-request table, checks."""
+    from trnlab import buckets as bk
+    from trnlab.device import package_versions
+
+    summaries = {name: result.summary() for name, result in runs.items()}
+    for name, result in runs.items():
+        summaries[name]["requests_table"] = [
+            {key: row[key] for key in ("prompt_length", "padded_length", "cache_length", "new_graphs",
+                                       "seconds", "compile_seconds")} for row in result.table()]
+    pad_tokens = bk.bucket_pad_tokens(lengths, buckets.lengths)
     return {
         "settings": settings | {"backend": backend, "neff_cache": neff_cache_state()},
         "device": str(device), "model": model.name_or_path, "versions": package_versions(),
@@ -155,7 +193,7 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
                      "padding_by_bucket_count": [r | {"buckets": list(r["buckets"])}
                                                  for r in bk.padding_by_bucket_count(lengths, 8)]},
         "runs": summaries,
-        "checks": checks,
+        "checks": run_checks(runs, buckets, settings["compile_prefill"]),
     }
 
 
@@ -189,6 +227,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m trnlab bench generate [options]``: run, print the table, write the JSON report."""
     args = build_parser().parse_args(argv)
     settings = _settings(args)
     if args.threads:

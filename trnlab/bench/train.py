@@ -4,9 +4,10 @@ Fine-tunes the course model on the same seeded dataset (:func:`trnlab.data.train
 once per strategy (dynamic padding, length buckets, fixed length, packing), each from the
 same weights and compiling from scratch (:func:`cold_compiles`), with the page's calls
 (:func:`train_one`: ``TrainingArguments(..., torch_compile=True, dataloader_drop_last=True)``
-and ``Trainer(...).train()``), and writes one JSON file:
+through :func:`trnlab.training.page_arguments`, and ``Trainer(...).train()``), and writes one
+JSON file:
 
-* ``results``: per strategy, :meth:`trnlab.training.TrainingRecorder.summary` (graphs,
+* ``results``: per strategy, :meth:`trnlab.callbacks.TrainingRecorder.summary` (graphs,
   graphs after the warm-up step, compile seconds, steady step time, padding waste, real
   tokens per second, final loss...);
 * ``targets``: the course's goals, each with its value and whether it was met: fixed and
@@ -30,18 +31,26 @@ from pathlib import Path
 
 import torch
 
-from trnlab import compat, data, plots, training
+from trnlab import callbacks, compat, data, tables, training
 from trnlab.compile_tracking import compile_backend, forget_compiled_graphs, recompile_limit as raised_recompile_limit
 from trnlab.device import package_versions, pick_device
 from trnlab.models import load_model, load_tokenizer, model_name
 
 #: Strategies the targets compare (bucketing is measured too, as the third static-ish option).
 TARGET_STRATEGIES = ("dynamic", "fixed", "packed")
+#: The fraction of real (non-pad) tokens packing must reach to meet its target.
 MIN_REAL_TOKEN_FRACTION = 0.95
+#: Where the JSON report goes unless ``--output`` says otherwise.
 DEFAULT_OUTPUT = Path("runs") / "bench_train.json"
+
+__all__ = [
+    "DEFAULT_OUTPUT", "DEFINITIONS", "MIN_REAL_TOKEN_FRACTION", "TARGET_STRATEGIES", "build_report", "cold_compiles",
+    "evaluate_targets", "main", "parse_args", "run_strategies", "train_one",
+]
 
 
 def parse_args(argv: list[str] | None):
+    """The options of ``python -m trnlab bench train``, parsed from ``argv``."""
     parser = argparse.ArgumentParser(prog="python -m trnlab bench train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None,
                         help="model folder or hub id (default: $TRNLAB_MODEL or the bundled tiny Qwen3)")
@@ -95,24 +104,20 @@ def train_one(strategy: str, model, tokenizer, texts, output_dir, device: torch.
               steps: int, batch_size: int, learning_rate: float, backend: str | None, seed: int):
     """Fine-tune ``model`` on ``texts`` shaped by ``strategy`` the page's way; ``(trainer, recorder)``.
 
-    ``backend=None`` leaves the choice to ``TrainingArguments`` (``"neuron"`` on Trainium,
-    ``"inductor"`` elsewhere); the Trainer compiles with static shapes on every device
+    ``backend=None`` (or ``"neuron"`` on Trainium) leaves the choice to ``TrainingArguments``
+    (``"neuron"`` on Trainium, ``"inductor"`` elsewhere); the Trainer compiles with static shapes on every device
     (:func:`trnlab.training.static_shape_compiles`), as it does on Neuron.
     """
-    from transformers import PrinterCallback, Trainer, TrainingArguments
+    from transformers import PrinterCallback, Trainer
 
     max_positions = getattr(model.config, "max_position_embeddings", None)
     dataset, collator = data.strategy_dataset(strategy, tokenizer, texts, length, max_positions=max_positions)
-    bf16, _ = training.precision_choice(device)
-    if backend == "neuron":
-        backend = None  # TrainingArguments picks "neuron" itself there (claim 8)
-    with training._quiet_transformers():  # no "speedups ... GPU Ampere" warning on CPU and Trainium
-        args = TrainingArguments(
-            output_dir=str(output_dir), bf16=bf16, torch_compile=True, torch_compile_backend=backend,
-            dataloader_drop_last=True, use_cpu=device.type == "cpu", max_steps=steps,
-            per_device_train_batch_size=batch_size, learning_rate=learning_rate, lr_scheduler_type="constant",
-            logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, seed=seed, data_seed=seed)
-    recorder = training.TrainingRecorder()
+    # The page's TrainingArguments(..., bf16=..., torch_compile=True, dataloader_drop_last=True), built
+    # the one way trnlab builds them; no checkpoints, no progress bar, and no count of tokens seen.
+    args = training.page_arguments(output_dir, device, max_steps=steps, batch_size=batch_size,
+                                   learning_rate=learning_rate, compile_backend=backend, seed=seed,
+                                   disable_tqdm=True, include_num_input_tokens_seen="no")
+    recorder = callbacks.TrainingRecorder()
     with training.static_shape_compiles():
         trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=recorder.watch(collator),
                           callbacks=[recorder])
@@ -147,19 +152,25 @@ def evaluate_targets(results: dict[str, dict]) -> dict[str, dict]:
     return targets
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = pick_device(args.device, verbose=False)
-    # Transformers' pick unless asked (quick: dynamo's graphs run eagerly, seconds not minutes).
-    requested = args.backend or ("eager" if args.quick and device.type != "neuron" else None)
-    backend = compile_backend(device, requested) if requested else None
-    tokenizer = load_tokenizer(args.model)
-    texts = data.training_texts(args.texts, seed=args.seed)
-    print(f"bench train: {model_name(args.model)} on {device}, backend {backend or 'picked by Transformers'}; "
-          f"{args.steps} steps x batch {args.batch_size}, length {args.length}, {len(texts)} texts", flush=True)
+#: What the report's figures mean, written into every report.
+DEFINITIONS = {
+    "warm-up": "the first optimizer step; it compiles the training graph (the forward; backends built "
+               "on AOTAutograd, such as inductor, also compile its backward; with the eager backend "
+               "the backward is ordinary autograd); the optimizer step runs eager",
+    "graphs": "graphs dynamo compiled during training (torch._dynamo counters)",
+    "compile_seconds": "dynamo's compile time for the forward graphs (the first backward, and a "
+                       "backward graph a backend compiles lazily, are in compiling_step_seconds)",
+    "real_tokens_per_second": "non-pad tokens per second over steps after warm-up that compiled nothing",
+    "padding_waste": "fraction of pad positions in the batches trained on",
+}
 
+
+def run_strategies(args, device: torch.device, backend: str | None, tokenizer, texts) -> tuple[dict, dict]:
+    """Train once per strategy of ``args``, each from fresh weights and cold compiles.
+
+    Returns ``(results, settings)``: per strategy the recorder's summary (plus wall seconds,
+    losses and step shapes), and the compile settings the last Trainer used.
+    """
     results, settings = {}, {}
     with tempfile.TemporaryDirectory(prefix="trnlab-bench-train-") as scratch:
         for strategy in args.strategies:
@@ -176,18 +187,25 @@ def main(argv: list[str] | None = None) -> int:
             settings = {"torch_compile_backend": trainer.args.torch_compile_backend,
                         **{f"compile_{k}": v for k, v in training.compile_settings(trainer).items()},
                         "bf16": trainer.args.bf16, "dataloader_drop_last": trainer.args.dataloader_drop_last}
-            r = results[strategy]
-            if r["recompile_limit_hits"]:
-                r["note"] = (f"dynamo hit recompile_limit={args.recompile_limit}: later shapes ran without "
-                             "compiling (on Trainium: op by op); raise --recompile-limit")
-                print(f"  note: {r['note']}")
-            print(f"  {strategy:8s} graphs {r['graphs']} (after warm-up {r['graphs_after_warmup']}), "
-                  f"shapes {r['shapes']}, waste {r['padding_waste']:.3f}, "
-                  f"real tok/s {r['real_tokens_per_second'] or 0:.0f}, {r['wall_seconds']:.1f} s", flush=True)
+            _print_strategy(strategy, results[strategy], args.recompile_limit)
             del trainer, model
+    return results, settings
 
-    targets = evaluate_targets(results)
-    report = {
+
+def _print_strategy(strategy: str, r: dict, recompile_limit: int) -> None:
+    # One line per strategy as it finishes (and a note when dynamo stopped compiling).
+    if r["recompile_limit_hits"]:
+        r["note"] = (f"dynamo hit recompile_limit={recompile_limit}: later shapes ran without "
+                     "compiling (on Trainium: op by op); raise --recompile-limit")
+        print(f"  note: {r['note']}")
+    print(f"  {strategy:8s} graphs {r['graphs']} (after warm-up {r['graphs_after_warmup']}), "
+          f"shapes {r['shapes']}, waste {r['padding_waste']:.3f}, "
+          f"real tok/s {r['real_tokens_per_second'] or 0:.0f}, {r['wall_seconds']:.1f} s", flush=True)
+
+
+def build_report(args, device: torch.device, backend: str | None, results: dict, settings: dict) -> dict:
+    """The JSON report: configuration, environment, definitions, results and targets."""
+    return {
         "benchmark": "train",
         "config": {"model": model_name(args.model), "device": str(device), "backend_requested": backend,
                    "steps": args.steps, "batch_size": args.batch_size, "length": args.length,
@@ -196,23 +214,33 @@ def main(argv: list[str] | None = None) -> int:
         "environment": {"versions": package_versions(), "python": platform.python_version(),
                         "torch_threads": torch.get_num_threads(),
                         "dynamo_recompile_limit": args.recompile_limit, **settings},
-        "definitions": {
-            "warm-up": "the first optimizer step; it compiles the training graph (the forward; backends built "
-                       "on AOTAutograd, such as inductor, also compile its backward; with the eager backend "
-                       "the backward is ordinary autograd); the optimizer step runs eager",
-            "graphs": "graphs dynamo compiled during training (torch._dynamo counters)",
-            "compile_seconds": "dynamo's compile time for the forward graphs (the first backward, and a "
-                               "backward graph a backend compiles lazily, are in compiling_step_seconds)",
-            "real_tokens_per_second": "non-pad tokens per second over steps after warm-up that compiled nothing",
-            "padding_waste": "fraction of pad positions in the batches trained on",
-        },
+        "definitions": DEFINITIONS,
         "results": results,
-        "targets": targets,
+        "targets": evaluate_targets(results),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trnlab bench train [options]``: train each strategy, print the table, write the JSON report."""
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device, verbose=False)
+    # Transformers' pick unless asked (quick: dynamo's graphs run eagerly, seconds not minutes).
+    requested = args.backend or ("eager" if args.quick and device.type != "neuron" else None)
+    backend = compile_backend(device, requested) if requested else None
+    tokenizer = load_tokenizer(args.model)
+    texts = data.training_texts(args.texts, seed=args.seed)
+    print(f"bench train: {model_name(args.model)} on {device}, backend {backend or 'picked by Transformers'}; "
+          f"{args.steps} steps x batch {args.batch_size}, length {args.length}, {len(texts)} texts", flush=True)
+
+    results, settings = run_strategies(args, device, backend, tokenizer, texts)
+    report = build_report(args, device, backend, results, settings)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2))
-    print(plots.format_table(results, ["graphs", "graphs_after_warmup", "compile_seconds", "steady_step_seconds",
+    print(tables.format_table(results, ["graphs", "graphs_after_warmup", "compile_seconds", "steady_step_seconds",
                                           "padding_waste", "real_tokens_per_second", "final_loss"]))
+    targets = report["targets"]
     for name, target in targets.items():
         status = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
         print(f"target {name}: {status} ({target['goal']}; {target['value']})")

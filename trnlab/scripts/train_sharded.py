@@ -18,7 +18,7 @@ from trnlab import compat, data, distributed as td
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
-parser.add_argument("--model", default=os.environ.get("TRNLAB_MODEL"))
+parser.add_argument("--model")  # None: trnlab.model_name reads $TRNLAB_MODEL (or the bundled model)
 parser.add_argument("--tp-size", type=int, default=2)
 parser.add_argument("--fsdp-size", type=int, default=2)
 parser.add_argument("--steps", type=int, default=8)

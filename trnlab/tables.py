@@ -1,0 +1,80 @@
+"""Every text table of the course: results as aligned columns, for printing in a cell or a terminal.
+
+They take plain rows like the plots do (:mod:`trnlab.plots`, which re-exports them):
+
+* training (notebook 04, ``python -m trnlab bench train``): :func:`format_table` (summary dicts,
+  one row per strategy), :func:`format_steps` (a recorder's steps); both built on :func:`text_table`;
+* sharding (notebook 05): :func:`memory_table`, :func:`placement_table`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+__all__ = ["format_steps", "format_table", "memory_table", "placement_table", "text_table"]
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return "-" if value is None else str(value)
+
+
+def text_table(rows: list[list[str]]) -> str:
+    """Rows of strings as aligned columns: the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                     for row in rows)
+
+
+def format_table(results: Mapping[str, Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain-text table of summary dicts, one row per strategy (numbers rounded for reading)."""
+    columns = list(columns or next(iter(results.values())).keys())
+    return text_table([["strategy", *columns]] +
+                       [[name, *(_cell(r.get(c)) for c in columns)] for name, r in results.items()])
+
+
+def format_steps(recorder,
+                 columns: Sequence[str] = ("step", "shape", "new_graphs", "graphs_so_far")) -> str:
+    """A plain-text table of the recorder's steps, with the chosen :class:`StepRecord` fields."""
+    return text_table([list(columns)] + [[_cell(getattr(s, c)) for c in columns] for s in recorder.steps])
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharding (notebook 05)
+
+
+def memory_table(ranks: list[dict]) -> str:
+    """Per-rank parameter bytes against the single-process size, as a text table."""
+    full = ranks[0]["full_bytes"]
+    lines = [f"{'rank':>4}  {'fsdp':>4}  {'tp':>2}  {'parameters':>10}  {'bytes':>10}  {'of 1 process':>12}"]
+    for r in ranks:
+        count = sum(_numel(p["local_shape"]) for p in r["parameters"])
+        lines.append(f"{r['rank']:>4}  {r['fsdp']:>4}  {r['tp']:>2}  {count:>10,}  {r['local_bytes']:>10,}  "
+                     f"{r['local_bytes'] / full:>11.1%}")
+    total = sum(r["local_bytes"] for r in ranks)
+    lines.append(f"{'all':>4}  {'':>4}  {'':>2}  {'':>10}  {total:>10,}  {total / full:>11.1%}")
+    lines.append(f"one process holds {full:,} bytes ({ranks[0]['full_bytes'] // 4:,} fp32 values)")
+    return "\n".join(lines)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def placement_table(ranks: list[dict], names: list[str]) -> str:
+    """For each parameter in ``names``: every rank's local shape, placements and rows/cols held."""
+    lines = []
+    for name in names:
+        first = next(p for p in ranks[0]["parameters"] if p["name"] == name)
+        lines.append(f"{name}  full shape {tuple(first['shape'])}")
+        for r in ranks:
+            p = next(p for p in r["parameters"] if p["name"] == name)
+            placement = ", ".join(f"{k}: {v}" for k, v in p["placements"].items()) or "not sharded"
+            held = f"rows {p.get('rows', '-')}" + (f", cols {p['cols']}" if p.get("cols", "-") != "-" else "")
+            lines.append(f"  rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): {str(tuple(p['local_shape'])):<11}"
+                         f" {held:<26} [{placement}]")
+    return "\n".join(lines)
