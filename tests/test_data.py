@@ -203,6 +203,34 @@ def test_strategy_dataset_refuses_empty_or_misplaced_buckets(tokenizer, texts):
         data.strategy_dataset("sorted", tokenizer, texts, 48, buckets=[])
 
 
+def test_a_registered_strategy_is_built_by_name_and_a_taken_name_is_refused(tokenizer, texts):
+    assert list(data.STRATEGIES) == ["dynamic", "buckets", "fixed", "packed"]
+    calls = []
+
+    @data.register_strategy("test_truncated")
+    def truncated(tokenizer, texts, length, *, pad, buckets, max_positions):
+        calls.append((length, pad, buckets, max_positions))
+        return data.fixed_length_dataset(tokenizer, texts[:2], length), data.PaddingCollator(pad, (length,))
+
+    try:
+        assert data.STRATEGIES["test_truncated"] is truncated and "test_truncated" in data.STRATEGIES
+        dataset, collator = data.strategy_dataset("test_truncated", tokenizer, texts, 16, max_positions=64)
+        assert calls == [(16, tokenizer.pad_token_id, None, 64)]
+        assert len(dataset) == 2 and collator.lengths == (16,)
+        with pytest.raises(ValueError, match="buckets only shape the 'buckets' strategy, not 'test_truncated'"):
+            data.strategy_dataset("test_truncated", tokenizer, texts, 16, buckets=[16])
+        with pytest.raises(ValueError, match=r"'test_truncated' is already registered: pick another name, "
+                                             r"or remove the old entry"):
+            data.register_strategy("test_truncated")(lambda *a, **k: None)
+        with pytest.raises(ValueError, match="'fixed' is already registered"):
+            data.register_strategy("fixed")(lambda *a, **k: None)
+        assert data.STRATEGIES["test_truncated"] is truncated
+    finally:
+        data.STRATEGIES.pop("test_truncated", None)
+    assert list(data.STRATEGIES) == ["dynamic", "buckets", "fixed", "packed"]
+    assert ", ".join(data.STRATEGIES) == "dynamic, buckets, fixed, packed"
+
+
 def test_the_row_length_is_length_everywhere_and_old_keywords_warn(tokenizer, texts):
     assert len(data.fixed_length_dataset(tokenizer, texts, length=16)[0]["input_ids"]) == 16
     with pytest.warns(FutureWarning, match=r"fixed_length_dataset\(max_length=...\) is deprecated.*length=..."):

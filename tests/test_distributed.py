@@ -20,7 +20,7 @@ from trnlab import data
 from trnlab import distributed as td
 from trnlab import plots
 from trnlab.launcher import launch
-from trnlab.planning import plan_memory
+from trnlab.memory_model import plan_memory
 
 SCRIPT = Path(td.__file__).parent / "scripts" / "train_sharded.py"
 MEASURE_SCRIPT = Path(td.__file__).parent / "scripts" / "measure_memory.py"

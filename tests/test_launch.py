@@ -350,7 +350,8 @@ def test_dry_run_checks_a_shipped_model_offline_like_plan(monkeypatch, capsys, n
     out = capsys.readouterr().out
     assert out.startswith("torchrun --standalone --nproc-per-node=4 train.py\n")
     assert "# Qwen/Qwen3-8B on tp=2 x fsdp=2, training" in out
-    config = tl.model_config_of("Qwen/Qwen3-8B")
+    with pytest.warns(FutureWarning, match=r"trnlab\.load_config"):  # the deprecated name still answers
+        config = tl.model_config_of("Qwen/Qwen3-8B")
     assert (config.num_attention_heads, config.num_key_value_heads) == (32, 8)
     with pytest.raises(LaunchConfigError, match="tp_size=3 does not divide the model's attention heads = 32"):
         tl.validate_parallel_sizes(3, 3, 1, model_config="Qwen/Qwen3-8B")

@@ -15,12 +15,14 @@ import pytest
 import torch
 
 import trnlab
-from trnlab import planning
+from trnlab import instances, memory_model, models, planning, plots, sharding, tables
 from trnlab.cli.plan import main as plan_main
+from trnlab.instances import GiB, PlanError
 from trnlab.launcher import LaunchConfigError, validate_parallel_sizes
-from trnlab.planning import GiB, PlanError, plan_memory, plan_mesh
+from trnlab.memory_model import plan_memory
+from trnlab.planning import plan_mesh
 
-SCRIPT = Path(planning.__file__).parent / "scripts" / "measure_memory.py"
+SCRIPT = Path(trnlab.__file__).parent / "scripts" / "measure_memory.py"
 BATCH, SEQ = 2, 32  # micro-batch per FSDP rank in the measured run
 
 #: Model cards (huggingface.co/Qwen/<name>): total and non-embedding parameters, in billions.
@@ -31,11 +33,11 @@ MODEL_CARDS = {"Qwen/Qwen3-0.6B": (0.6, 0.44), "Qwen/Qwen3-1.7B": (1.7, 1.4), "Q
 # ------------------------------------------------------------------ shipped configs
 
 
-@pytest.mark.parametrize("name", list(planning.SHIPPED_MODELS))
+@pytest.mark.parametrize("name", list(models.SHIPPED_MODELS))
 def test_shipped_config_counts_equal_the_meta_model_and_the_model_card(name):
     from transformers import AutoModelForCausalLM
 
-    config, label = planning.config_and_label(name)
+    config, label = sharding.config_and_label(name)
     assert label == name and config.model_type == "qwen3" and config.vocab_size == 151936
     assert config.max_position_embeddings == 40960 and config.head_dim == 128
     assert config.tie_word_embeddings == (name in ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"))
@@ -52,7 +54,7 @@ def test_shipped_config_counts_equal_the_meta_model_and_the_model_card(name):
 
 
 def test_shards_follow_the_tp_plan_then_fsdp_on_dim_0():
-    shards = {s.name: s for s in planning.parameter_shards("Qwen/Qwen3-8B", tp_size=4, fsdp_size=16)}
+    shards = {s.name: s for s in sharding.parameter_shards("Qwen/Qwen3-8B", tp_size=4, fsdp_size=16)}
     layer = "model.layers.7."
     assert shards[layer + "self_attn.q_proj.weight"].local_shape == (4096 // 4 // 16, 4096)   # colwise
     assert shards[layer + "self_attn.k_proj.weight"].local_shape == (1024 // 4 // 16, 4096)
@@ -64,7 +66,7 @@ def test_shards_follow_the_tp_plan_then_fsdp_on_dim_0():
     assert len(norms) == 36 * 4 + 1 and all(s.tp_shape == s.shape for s in norms)             # replicated
     assert shards[layer + "self_attn.q_norm.weight"].local_shape == (128 // 16,)
     # Uneven sizes: ceil at each step, the FSDP2 padding counted (761 vocab rows, 2 x 2 mesh).
-    tiny = {s.name: s for s in planning.parameter_shards(None, tp_size=2, fsdp_size=2)}
+    tiny = {s.name: s for s in sharding.parameter_shards(None, tp_size=2, fsdp_size=2)}
     assert tiny["model.embed_tokens.weight"].tp_shape == (381, 192)
     assert tiny["model.embed_tokens.weight"].local_shape == (191, 192)
     assert "lm_head.weight" not in tiny  # tied: counted once
@@ -98,14 +100,14 @@ def test_memory_components_scale_as_documented():
 
 
 def test_instances_come_from_the_neuron_docs():
-    trn2 = planning.get_instance("trn2.48xlarge")
+    trn2 = instances.get_instance("trn2.48xlarge")
     assert (trn2.logical_cores, trn2.hbm_per_core, trn2.hbm_total) == (64, 24 * GiB, 1536 * GiB)
-    small = planning.get_instance("trn2.3xlarge")
+    small = instances.get_instance("trn2.3xlarge")
     assert (small.logical_cores, small.hbm_per_core) == (4, 24 * GiB)
-    assert planning.get_instance("trn2u.48xlarge").logical_cores == 64
-    gen1 = planning.get_instance("trn3-gen1-ultraserver")
+    assert instances.get_instance("trn2u.48xlarge").logical_cores == 64
+    gen1 = instances.get_instance("trn3-gen1-ultraserver")
     assert (gen1.logical_cores, gen1.cores_per_host, gen1.hbm_per_core) == (256, 64, 36 * GiB)
-    assert all(inst.source.startswith("https://awsdocs-neuron") for inst in planning.INSTANCES.values())
+    assert all(inst.source.startswith("https://awsdocs-neuron") for inst in instances.INSTANCES.values())
 
 
 def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
@@ -122,7 +124,7 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     # tp=2 fits too (the table shows it); the reason says why the ladder passes over it.
     tp2 = next(c for c in train.candidates if c.tp_size == 2)
     assert tp2.fits and tp2.plan.total < train.budget
-    assert (f"tp=2 x fsdp=32 ({tp2.plan.total / planning.GiB:.2f} GiB) would fit too, but the planner passes "
+    assert (f"tp=2 x fsdp=32 ({tp2.plan.total / instances.GiB:.2f} GiB) would fit too, but the planner passes "
             "over TP smaller than a chip") in train.reason
     assert "'every 2nd layer' is the planner's assumption" in train.reason
     assert not any(c.fits for c in train.candidates if c.tp_size == 1)
@@ -142,7 +144,7 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     assert "here it is not recommended because at this workload tp=4 x fsdp=16 with no checkpointing" in short.reason
     small = plan_mesh("Qwen/Qwen3-4B", "trn2.3xlarge", "train", batch=1, seq=2048, gradient_checkpointing=True)
     assert small.recommended.tp_size * small.recommended.fsdp_size == 4
-    text = planning.format_plan(train)
+    text = tables.format_plan(train)
     assert "<- recommended" in text and "note: activations (estimate)" in text and "selective checkpointing" in text
 
 
@@ -168,12 +170,12 @@ def test_selective_checkpointing_keeps_every_other_layer_and_costs_computed_reco
     every3 = plan_memory("Qwen/Qwen3-8B", 4, 16, gradient_checkpointing="selective", checkpoint_every=3, **kwargs)
     assert every3.activation_detail["layers"] == pytest.approx(24 * per_layer + 12 * layer_input + per_layer, abs=1)
     assert selective.checkpointing_label == "selective activation checkpointing (every 2nd layer)"
-    assert planning.checkpointed_layers(36, "selective") == 18 and planning.checkpointed_layers(36, False) == 0
+    assert memory_model.checkpointed_layers(36, "selective") == 18 and memory_model.checkpointed_layers(36, False) == 0
     # A step is about 3 forwards; full checkpointing adds the layers' forward (a bit under a third).
-    full_cost = planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "full")
+    full_cost = memory_model.recompute_fraction("Qwen/Qwen3-8B", 4096, "full")
     assert 0.28 < full_cost < 1 / 3
-    assert planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "selective") == pytest.approx(full_cost / 2)
-    assert planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "none") == 0
+    assert memory_model.recompute_fraction("Qwen/Qwen3-8B", 4096, "selective") == pytest.approx(full_cost / 2)
+    assert memory_model.recompute_fraction("Qwen/Qwen3-8B", 4096, "none") == 0
     with pytest.raises(PlanError, match="gradient_checkpointing='some'"):
         plan_memory("Qwen/Qwen3-8B", workload="train", gradient_checkpointing="some")
 
@@ -185,7 +187,7 @@ def test_plot_memory_plan_draws_one_stacked_bar_per_mesh():
     import matplotlib.pyplot as plt
 
     mesh_plan = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096)
-    fig = planning.plot_memory_plan(mesh_plan)
+    fig = plots.plot_memory_plan(mesh_plan)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == list(mesh_plan.plans)
     heights = {}
@@ -200,7 +202,7 @@ def test_plot_memory_plan_draws_one_stacked_bar_per_mesh():
 
 def test_unknown_and_trn1_instances_are_refused_with_the_reason():
     with pytest.raises(PlanError, match="unknown instance 'trn9.huge': use one of trn2.3xlarge, trn2.48xlarge"):
-        planning.get_instance("trn9.huge")
+        instances.get_instance("trn9.huge")
     with pytest.raises(PlanError, match="XLA-based torch-neuronx") as info:
         plan_mesh("Qwen/Qwen3-8B", "trn1.32xlarge")
     assert "trn2 and trn3 only" in str(info.value)
@@ -213,7 +215,7 @@ def test_a_mesh_that_does_not_divide_gives_the_launch_message():
             validate_parallel_sizes(*args, **kwargs)
         return str(info.value)
 
-    config, _ = planning.config_and_label("Qwen/Qwen3-8B")
+    config, _ = sharding.config_and_label("Qwen/Qwen3-8B")
     with pytest.raises(PlanError) as info:
         plan_mesh(config, "trn2.48xlarge", tp_size=16, fsdp_size=4)
     assert str(info.value) == launch_message(64, 16, 4, model_config=config)
@@ -258,10 +260,10 @@ def test_a_given_mesh_is_explained_as_given():
 
 def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
     # issue 16 item 3: a clear error pointing at the folder, not a UnicodeDecodeError.
-    (tmp_path / "config.json").write_text(planning.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
+    (tmp_path / "config.json").write_text(models.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
     (tmp_path / "model.safetensors").write_bytes(bytes(range(256)) * 4)
     with pytest.raises(PlanError) as info:
-        planning.config_and_label(tmp_path / "model.safetensors")
+        sharding.config_and_label(tmp_path / "model.safetensors")
     assert str(info.value) == (f"{tmp_path / 'model.safetensors'} is not a model config (a .safetensors file holds "
                                f"weights or tokenizer data, not the model's sizes): the folder {tmp_path} holds a "
                                f"config.json: pass --model {tmp_path}.")
@@ -269,10 +271,10 @@ def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
     assert "pass --model" in capsys.readouterr().err
     (tmp_path / "weights.dat").write_bytes(bytes(range(256)))
     with pytest.raises(PlanError, match="weights.dat is not a model config \\(a binary file, not JSON\\)"):
-        planning.config_and_label(tmp_path / "weights.dat")
+        sharding.config_and_label(tmp_path / "weights.dat")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(PlanError, match="JSON of a list, not a config object"):
-        planning.config_and_label(tmp_path / "list.json")
+        sharding.config_and_label(tmp_path / "list.json")
 
 
 def test_a_config_without_the_needed_fields_names_them(tmp_path):
@@ -283,7 +285,7 @@ def test_a_config_without_the_needed_fields_names_them(tmp_path):
                                                       "num_hidden_layers": 2, "num_attention_heads": 4,
                                                       "num_key_value_heads": 2, "vocab_size": 100}))
     with pytest.raises(PlanError, match=r"config.json lacks model_type"):
-        planning.config_and_label(tmp_path)
+        sharding.config_and_label(tmp_path)
     with pytest.raises(PlanError, match="workload='serve'"):
         plan_memory("Qwen/Qwen3-0.6B", workload="serve")
     with pytest.raises(PlanError, match="master_weights='fp8'"):
@@ -348,7 +350,7 @@ def test_cli_json_for_a_shipped_model_works_offline(capsys, monkeypatch):
 
 
 def test_cli_reads_a_config_file_and_trnlab_model(capsys, monkeypatch, tmp_path):
-    config = json.loads(planning.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
+    config = json.loads(models.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
     (tmp_path / "config.json").write_text(json.dumps(config))
     monkeypatch.setenv("TRNLAB_MODEL", str(tmp_path))
     assert plan_main(["--instance", "trn2.3xlarge", "--tp", "2", "--fsdp", "2"]) == 0
@@ -402,3 +404,19 @@ def test_per_layer_activation_formula_equals_the_saved_tensors(dtype, one_torch_
 def test_planning_main_is_a_deprecated_shim_like_launcher_main():
     with pytest.warns(FutureWarning, match=r"trnlab\.cli\.plan\.main"):
         assert planning.main(["--model", "Qwen3-8B", "--instance", "trn1.32xlarge"]) == 2
+
+
+def test_the_planners_old_names_still_resolve_from_trnlab_planning():
+    # The planner was one module in trnlab 0.1; its names moved to sharding, memory_model, tables, plots.
+    assert planning.plan_memory is memory_model.plan_memory and planning.config_and_label is sharding.config_and_label
+    assert planning.get_instance is instances.get_instance
+    with pytest.warns(FutureWarning, match=r"trnlab\.planning\.plot_memory_plan is deprecated .* write "
+                                           r"trnlab\.plot_memory_plan \(or trnlab\.plots\.plot_memory_plan\) instead"):
+        assert planning.plot_memory_plan is plots.plot_memory_plan is trnlab.plot_memory_plan
+    with pytest.warns(FutureWarning, match=r"write trnlab\.memory_model\.kv_cache_bytes instead"):
+        assert planning.kv_cache_bytes is memory_model.kv_cache_bytes
+    with pytest.warns(FutureWarning, match=r"trnlab\.load_config"):
+        config, label = planning.resolve_config("Qwen/Qwen3-8B")
+    assert label == "Qwen/Qwen3-8B" and config.num_hidden_layers == 36
+    with pytest.raises(AttributeError, match="module 'trnlab.planning' has no attribute 'no_such_name'"):
+        planning.no_such_name

@@ -86,6 +86,32 @@ def test_quiet_transformers_silences_logs_and_bars_only_inside():
     assert logging.get_verbosity() == level
 
 
+def test_progress_bars_toggle_lives_in_settings_and_keeps_its_old_import_path():
+    import warnings
+
+    from transformers.utils import logging
+
+    from trnlab import settings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from trnlab.models import progress_bars  # notebook 02's import: no warning
+    assert progress_bars is settings.progress_bars and "progress_bars" in settings.__all__
+    bars = logging.is_progress_bar_enabled()
+    try:
+        for before in (True, False):
+            (logging.enable_progress_bar if before else logging.disable_progress_bar)()
+            for enabled in (True, False):
+                with settings.progress_bars(enabled):
+                    assert logging.is_progress_bar_enabled() == enabled
+                assert logging.is_progress_bar_enabled() == before
+            with settings.quiet_transformers(progress_bars=True):
+                assert not logging.is_progress_bar_enabled()
+            assert logging.is_progress_bar_enabled() == before
+    finally:
+        (logging.enable_progress_bar if bars else logging.disable_progress_bar)()
+
+
 def test_the_default_instance_is_a_course_default():
     from trnlab import settings
 

@@ -42,7 +42,9 @@ module                   concern
 ``callbacks``            ``Trainer`` callbacks: the step recorder, the live loss plot, a stop
 ``instances``            the Trainium instance table
 ``mesh``                 does a ``DistributedConfig`` mesh fit the processes and the model
-``planning``             bytes per NeuronCore and the (tp, fsdp) mesh that fits
+``sharding``             a model as the planner reads it: config, parameters, each rank's piece
+``memory_model``         bytes per NeuronCore, one function per component
+``planning``             the (tp, fsdp) mesh that fits an instance, and why
 ``distributed``          the sharded model of claim 10, inside and outside a rank
 ``rank_cores``           inside each torchrun rank: its own NeuronCore, then the script
 ``launcher``             building ``torchrun`` commands, multi-node commands, Slurm
@@ -113,7 +115,8 @@ GROUPS: dict[str, dict[str, str]] = {
         "pad_vocabulary": "distributed", "read_run": "distributed",
     },
     "Plan a real run (notebook 06)": {
-        "plan_memory": "planning", "plan_mesh": "planning",
+        "plan_memory": "memory_model", "recompute_fraction": "memory_model", "plan_mesh": "planning",
+        "format_plan": "tables", "plot_memory_plan": "plots", "get_instance": "instances", "PlanError": "instances",
     },
     "Plots and tables": {
         "plot_compile_growth": "plots", "plot_padding_waste": "plots", "plot_buckets": "plots",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from transformers import TrainerCallback
 
 from trnlab.compile_tracking import CompileTracker, graphs_compiled, steady_median
+from trnlab.plots import draw_loss_curve
 
 __all__ = ["LiveLossPlot", "StepRecord", "StopAtStep", "TrainingRecorder"]
 
@@ -279,8 +280,6 @@ class LiveLossPlot(TrainerCallback):
         if self.reference:
             ax.plot(list(self.reference), list(self.reference.values()), "--", color="grey",
                     label=self.reference_label)
-        from trnlab.plots import draw_loss_curve
-
         draw_loss_curve(ax, self.steps, self.losses, self.compiled_steps, label="this run")
         ax.set_title(f"{self.title} (dotted: a graph was compiled)", fontsize=10)
         if self.reference:

@@ -18,6 +18,7 @@ import torch
 
 from trnlab import compat
 from trnlab.deprecation import SummaryDict, warn_deprecated as _deprecated
+from trnlab.device import NEFF_CACHE_VAR
 from trnlab.settings import environment
 
 __all__ = [
@@ -123,8 +124,6 @@ def fresh_neff_cache(enabled: bool = True):
 def _temporary_neff_cache_dir(enabled: bool):
     import shutil
     import tempfile
-
-    from trnlab.device import NEFF_CACHE_VAR
 
     if not enabled:
         yield None

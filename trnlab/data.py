@@ -16,13 +16,16 @@ course's fine-tuning dataset and the ways of shaping it that notebook 04 compare
 1-D tensors ``input_ids``, ``attention_mask`` and ``labels``; a list of rows is a dataset
 ``Trainer`` accepts as is. ``labels`` are ``-100`` where the model must not learn (padding);
 the model shifts them by one itself. Notebooks 04 and 05 use this module.
+
+:func:`strategy_dataset` builds any of :data:`STRATEGIES` by name. A new strategy is one function
+decorated with :func:`register_strategy` that returns ``(dataset, collator)``.
 """
 
 from __future__ import annotations
 
 import bisect
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +36,8 @@ from trnlab.deprecation import renamed_keywords
 __all__ = [
     "IGNORE_INDEX", "NEW_FACT_PROMPT", "NEW_LAWS", "NEW_PLACES", "PaddingCollator", "STRATEGIES", "batch_shapes",
     "batches", "check_length", "default_buckets", "fixed_length_dataset", "label_view", "packed_dataset",
-    "padding_waste", "real_tokens", "require_pad_token", "strategy_dataset", "tokenized_dataset", "training_texts",
+    "padding_waste", "real_tokens", "register_strategy", "require_pad_token", "strategy_dataset", "tokenized_dataset",
+    "training_texts",
 ]
 
 #: Label value the loss ignores (``torch.nn.CrossEntropyLoss(ignore_index=-100)``).
@@ -345,12 +349,61 @@ def real_tokens(batch_or_dataset) -> int:
 # One entry point for the strategies notebook 04 and the training benchmark compare
 
 #: The ways of shaping a dataset that notebook 04 and ``python -m trnlab bench train`` compare.
-STRATEGIES = ("dynamic", "buckets", "fixed", "packed")
+#: ``{name: builder}`` in the order they are compared; :func:`register_strategy` fills it.
+STRATEGIES: dict[str, Callable[..., tuple[list[dict], PaddingCollator]]] = {}
+
+
+def register_strategy(name: str):
+    """Decorator: add a builder ``(tokenizer, texts, length, *, pad, buckets, max_positions)`` to :data:`STRATEGIES`."""
+    def register(builder):
+        if name in STRATEGIES:
+            raise ValueError(f"a strategy named {name!r} is already registered: pick another name, or remove "
+                             f"the old entry first (del trnlab.data.STRATEGIES[{name!r}])")
+        STRATEGIES[name] = builder
+        return builder
+    return register
 
 
 def default_buckets(length: int) -> tuple[int, ...]:
     """Three bucket lengths up to ``length``: a half, three quarters and all of it."""
     return tuple(sorted({max(2, length // 2), max(2, 3 * length // 4), length}))
+
+
+# Each builder gets the checked pad token id and returns (dataset, collator). buckets is None
+# for every strategy but "buckets": strategy_dataset refuses buckets= for the others.
+
+
+@register_strategy("dynamic")
+def _dynamic_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
+                      max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    return tokenized_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad)
+
+
+@register_strategy("buckets")
+def _buckets_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
+                      max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    if buckets is not None and len(buckets) == 0:
+        raise ValueError(
+            f"buckets is empty: pass the bucket lengths, in tokens, the largest being length={length} "
+            f"(e.g. buckets={default_buckets(length)}), or leave buckets=None for default_buckets(length)")
+    lengths = tuple(default_buckets(length) if buckets is None else buckets)
+    if max(lengths) != length:
+        raise ValueError(f"the largest bucket must be the length rows are truncated to ({length}), got {lengths}")
+    return (tokenized_dataset(tokenizer, texts, length, max_positions=max_positions),
+            PaddingCollator(pad, lengths))
+
+
+@register_strategy("fixed")
+def _fixed_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
+                    max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    return (fixed_length_dataset(tokenizer, texts, length, max_positions=max_positions),
+            PaddingCollator(pad, (length,)))
+
+
+@register_strategy("packed")
+def _packed_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
+                     max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    return packed_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad, (length,))
 
 
 def strategy_dataset(strategy: str, tokenizer, texts: Sequence[str], length: int, *,
@@ -361,6 +414,7 @@ def strategy_dataset(strategy: str, tokenizer, texts: Sequence[str], length: int
     ``"dynamic"`` pads each batch to its longest row; ``"buckets"`` to the smallest of
     ``buckets`` that fits (``None``: :func:`default_buckets`; an empty list raises); ``"fixed"``
     pads every row to ``length``; ``"packed"`` cuts ``length``-token blocks with no padding.
+    A strategy added with :func:`register_strategy` is built the same way.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -368,19 +422,4 @@ def strategy_dataset(strategy: str, tokenizer, texts: Sequence[str], length: int
     if buckets is not None and strategy != "buckets":
         raise ValueError(f"buckets only shape the 'buckets' strategy, not {strategy!r}: drop buckets=, "
                          "or use strategy='buckets'")
-    if strategy == "dynamic":
-        return tokenized_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad)
-    if strategy == "buckets":
-        if buckets is not None and len(buckets) == 0:
-            raise ValueError(
-                f"buckets is empty: pass the bucket lengths, in tokens, the largest being length={length} "
-                f"(e.g. buckets={default_buckets(length)}), or leave buckets=None for default_buckets(length)")
-        lengths = tuple(default_buckets(length) if buckets is None else buckets)
-        if max(lengths) != length:
-            raise ValueError(f"the largest bucket must be the length rows are truncated to ({length}), got {lengths}")
-        return (tokenized_dataset(tokenizer, texts, length, max_positions=max_positions),
-                PaddingCollator(pad, lengths))
-    if strategy == "fixed":
-        return (fixed_length_dataset(tokenizer, texts, length, max_positions=max_positions),
-                PaddingCollator(pad, (length,)))
-    return packed_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad, (length,))
+    return STRATEGIES[strategy](tokenizer, texts, length, pad=pad, buckets=buckets, max_positions=max_positions)

@@ -2,6 +2,7 @@
 
 * :func:`warn_deprecated`: the one ``FutureWarning`` text every deprecated name uses;
 * :func:`renamed_keywords`: a decorator that accepts a keyword's old name, with that warning;
+* :func:`moved_names`: a module's ``__getattr__`` for names that moved to another module;
 * :class:`SummaryDict`: what ``summary()`` returns on a class whose ``summary()`` was text: the
   figures as a dict, still acting as the text (now ``describe()``'s) where a string was expected.
 """
@@ -9,9 +10,11 @@
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 import warnings
 
-__all__ = ["REMOVED_IN", "SummaryDict", "renamed_keywords", "warn_deprecated"]
+__all__ = ["REMOVED_IN", "SummaryDict", "moved_names", "renamed_keywords", "warn_deprecated"]
 
 #: The release that removes every deprecated name.
 REMOVED_IN = "trnlab 0.3"
@@ -43,6 +46,32 @@ def renamed_keywords(**new_names: str):
         return wrapper
 
     return decorate
+
+
+def moved_names(module: str, moved: dict):
+    """A module ``__getattr__`` (PEP 562) under which names that left ``module`` still resolve, with a warning.
+
+    ``moved``: ``{name: new_module}``, or ``{name: (new_module, what_to_write)}``; ``what_to_write``
+    ``None`` skips the warning (a renamed function that warns when called). A moved name is looked
+    up by name when it is used, the way ``trnlab.X`` is: it is no import of ``module``, so the
+    module never depends on where its old names went (``tests/test_imports.py`` checks the graph).
+    """
+    def __getattr__(name: str):
+        if name not in moved:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        target, write = moved[name] if isinstance(moved[name], tuple) else (moved[name], _new_path(moved[name], name))
+        if write is not None:
+            warnings.warn(f"{module}.{name} is deprecated and will be removed in {REMOVED_IN}: write {write} instead",
+                          FutureWarning, stacklevel=2)
+        return getattr(importlib.import_module(target), name)
+
+    __getattr__.moved = dict(moved)   # for the test that every old name still resolves
+    return __getattr__
+
+
+def _new_path(module: str, name: str) -> str:
+    top_level = name in getattr(sys.modules.get("trnlab"), "__all__", ())
+    return f"trnlab.{name} (or {module}.{name})" if top_level else f"{module}.{name}"
 
 
 class SummaryDict(dict):

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import torch
 
+from trnlab import __version__
 from trnlab.rank_cores import VISIBLE_CORES_VAR, visible_cores_setting
+from trnlab.settings import check_dtype_name, read_settings
 
 __all__ = ["BACKENDS", "NEURON_ENV_VARS", "NEFF_CACHE_VAR", "DEFAULT_NEFF_CACHE", "INSTALL_HINTS",
            "AUTO_ON_NEURON_WARNING", "DeviceNotAvailableError", "neuron_module", "current_accelerator",
@@ -161,8 +163,6 @@ def _version(package: str) -> str | None:
 
 def package_versions() -> dict[str, str | None]:
     """Installed versions of the packages the course depends on (``None``: not installed)."""
-    from trnlab import __version__
-
     versions = {name: _version(name) for name in ("torch", "transformers", "accelerate")}
     neuronx = _version("torch-neuronx")
     loaded = sys.modules.get("torch_neuronx")
@@ -271,8 +271,6 @@ def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) 
     how to get it: an explicit request never falls back to CPU silently.
     """
     if prefer is None:
-        from trnlab.settings import read_settings
-
         prefer = read_settings().device
     if isinstance(prefer, torch.device):
         prefer = str(prefer)
@@ -314,8 +312,6 @@ def resolve_dtype(dtype: torch.dtype | str | None = None, device: torch.device |
     """
     if isinstance(dtype, torch.dtype):
         return dtype
-    from trnlab.settings import check_dtype_name, read_settings
-
     name = read_settings().dtype if dtype is None else check_dtype_name(dtype)
     if name == "auto":
         return torch.bfloat16 if bf16_supported(torch.device(device).type) else torch.float32

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from trnlab import compat
+from trnlab import compat, models
 from trnlab.settings import quiet_transformers
 
 __all__ = ["quiet_rank_output", "pad_vocabulary", "mesh_position", "parameter_placements", "rank_report",
@@ -68,12 +68,10 @@ def _check_multiple(multiple) -> int:
 
 def _check_output_folder(output_dir: Path, overwrite: bool) -> None:
     """Refuse a file, the bundled model, or a folder that already holds files (unless ``overwrite``)."""
-    from trnlab.models import is_bundled
-
     if output_dir.exists() and not output_dir.is_dir():
         raise FileExistsError(f"{str(output_dir)!r} is a file, not a folder: pass a new folder for the padded "
                               "model (save_pretrained writes config.json, the weights and the tokenizer there)")
-    if output_dir.exists() and is_bundled(output_dir):
+    if output_dir.exists() and models.is_bundled(output_dir):
         raise FileExistsError(f"{str(output_dir)!r} is the course's bundled model: pass a new folder for the "
                               "padded copy (the bundled one is never overwritten)")
     if output_dir.is_dir() and not overwrite and any(output_dir.iterdir()):
@@ -100,25 +98,23 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
     divides. Never shrinks a vocabulary; refuses an ``output_dir`` that is a file or already
     holds files unless ``overwrite=True``. :func:`trnlab.validate_parallel_sizes` says when to call it.
     """
-    from trnlab.models import load_config, load_model, load_tokenizer, model_name
-
     multiple = _check_multiple(multiple)
-    name = model_name(name)
-    vocab = load_config(name).vocab_size
+    name = models.model_name(name)
+    vocab = models.load_config(name).vocab_size
     if vocab % multiple == 0:
         return name
     output_dir = Path(output_dir).expanduser()
     _check_output_folder(output_dir, overwrite)
     torch.manual_seed(seed)
-    model = load_model(name, device="cpu", dtype=torch.float32)
+    model = models.load_model(name, device="cpu", dtype=torch.float32)
     model.resize_token_embeddings(pad_to_multiple_of=multiple)
     padded = model.config.vocab_size
     if padded < vocab or padded % multiple:  # resize rounds up; a change there must not cut rows
         raise RuntimeError(f"resize_token_embeddings gave {padded} rows for {vocab} and multiple={multiple}")
     with quiet_transformers(logs=False, progress_bars=True):
         model.save_pretrained(output_dir)
-    load_tokenizer(name).save_pretrained(output_dir)
-    saved = load_config(output_dir).vocab_size  # save_pretrained only logs its errors: read back
+    models.load_tokenizer(name).save_pretrained(output_dir)
+    saved = models.load_config(output_dir).vocab_size  # save_pretrained only logs its errors: read back
     if saved != padded:
         raise RuntimeError(f"the padded model was not saved to {str(output_dir)!r} (its config says {saved} rows)")
     print(f"vocabulary padded from {vocab} to {padded} rows (a multiple of {multiple})")
@@ -142,10 +138,8 @@ def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_
                 "AutoModelForCausalLM, DistributedConfig; see trnlab/scripts/train_sharded.py)")
     from transformers import DistributedConfig
 
-    from trnlab.models import load_model
-
     config = DistributedConfig(tp_size=tp_size, fsdp_size=fsdp_size)
-    return load_model(name, dtype=dtype, distributed_config=config).train()
+    return models.load_model(name, dtype=dtype, distributed_config=config).train()
 
 
 def _mesh_of(model):

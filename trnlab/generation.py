@@ -31,6 +31,7 @@ import torch
 from trnlab import compat
 from trnlab.buckets import ShapeBuckets, bucket_for
 from trnlab.compile_tracking import generation_compile_config
+from trnlab.deprecation import moved_names
 
 __all__ = [
     "Prompts", "TensorInfo", "bucketed_generate", "first_sentence", "format_forward_calls", "generate_batch",
@@ -343,30 +344,14 @@ def bucketed_generate(model, prompts: Prompts, *, buckets: ShapeBuckets, tokeniz
 # Names that lived here in trnlab 0.1 (removed in trnlab 0.3)
 # --------------------------------------------------------------------------------------------
 
-#: Old ``trnlab.generation`` names: where each lives now, and its current name.
-_MOVED = {
-    "bucket_padding_tokens": ("trnlab.buckets", "bucket_pad_tokens"),
-    "waste_by_bucket_count": ("trnlab.buckets", "padding_by_bucket_count"),
-    "reset_compile_state": ("trnlab.compile_tracking", "forget_compiled_graphs"),
-    "choose_buckets": ("trnlab.buckets", "choose_buckets"),
-    "PromptTooLongError": ("trnlab.buckets", "PromptTooLongError"),
-    "generation_compile_config": ("trnlab.compile_tracking", "generation_compile_config"),
-    "sample_prompt_lengths": ("trnlab.bench", "sample_prompt_lengths"),
-    "corpus_prompts": ("trnlab.bench", "corpus_prompts"),
-    "run_generation_workload": ("trnlab.bench", "run_generation_workload"),
-    "identical_outputs": ("trnlab.bench", "identical_outputs"),
-    "time_generation": ("trnlab.bench", "time_generation"),
-}
-
-
-def __getattr__(name: str):
-    # PEP 562: an old `from trnlab.generation import X` keeps working, with a FutureWarning.
-    if name not in _MOVED:
-        raise AttributeError(f"module 'trnlab.generation' has no attribute {name!r}")
-    import importlib
-
-    module, new = _MOVED[name]
-    if new == name:  # moved, not renamed: the function itself does not warn
-        warnings.warn(f"trnlab.generation.{name} is deprecated and will be removed in trnlab 0.3: write "
-                      f"trnlab.{name} instead", FutureWarning, stacklevel=2)
-    return getattr(importlib.import_module(module), name)
+#: Old ``trnlab.generation`` names and where each lives now. A name that only moved warns here;
+#: a renamed one is the deprecated function of its new module, which warns when called.
+__getattr__ = moved_names("trnlab.generation", {
+    "bucket_padding_tokens": ("trnlab.buckets", None),
+    "waste_by_bucket_count": ("trnlab.buckets", None),
+    "reset_compile_state": ("trnlab.compile_tracking", None),
+    **{name: (module, f"trnlab.{name}") for module, names in (
+        ("trnlab.buckets", ("choose_buckets", "PromptTooLongError")),
+        ("trnlab.bench", ("sample_prompt_lengths", "corpus_prompts", "run_generation_workload",
+                          "identical_outputs", "time_generation"))) for name in names},
+})

@@ -30,8 +30,11 @@ GiB = 1024 ** 3
 
 
 class PlanError(ValueError):
-    """A plan that cannot be made: unknown instance or model, a mesh the model cannot take,
-    a config missing fields, or a workload no mesh fits. The message says what to change."""
+    """A plan that cannot be made; the message says what to change.
+
+    An unknown instance or model, a mesh the model cannot take, a config missing fields, or a
+    workload no mesh fits.
+    """
 
 
 class InstanceError(PlanError):

@@ -41,7 +41,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 
-from trnlab.deprecation import warn_deprecated
+from trnlab.deprecation import moved_names
 from trnlab.device import backend_available, detect_backend, device_count
 from trnlab.instances import PlanError, get_instance
 from trnlab.mesh import LaunchConfigError, _config_of, mesh_sizes as _mesh_sizes, validate_parallel_sizes
@@ -471,10 +471,6 @@ def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_
     return run_commands(commands, {**plan.env, **(env or {})}, timeout, grace, echo)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Deprecated: ``python -m trnlab launch ...`` is :func:`trnlab.cli.launch.main` now (kept for one release)."""
-    warn_deprecated("launcher.main", "`python -m trnlab launch ...` or `trnlab.cli.launch.main(argv)`")
-    # A deprecated entry point only: the command line imports the launcher, never the reverse.
-    from trnlab.cli.launch import main as launch_main
-
-    return launch_main(argv)
+#: ``trnlab.launcher.main`` was the ``launch`` command's entry point: it is :mod:`trnlab.cli.launch` now.
+__getattr__ = moved_names("trnlab.launcher", {
+    "main": ("trnlab.cli.launch", "`python -m trnlab launch ...` or `trnlab.cli.launch.main(argv)`")})

@@ -1,7 +1,7 @@
 """Does a ``DistributedConfig`` mesh fit the processes and the model? Checked before anything starts.
 
 Public API (stable: :mod:`trnlab.launcher`, :mod:`trnlab.runner`, the command line and
-:mod:`trnlab.planning` use it):
+:mod:`trnlab.sharding` / :mod:`trnlab.planning` use it):
 
 * :class:`LaunchConfigError`: a mesh (or launch) that does not fit; the message names the fix
   (defined in :mod:`trnlab.rank_cores`, which must stay free of torch; the same class).
@@ -12,7 +12,7 @@ Public API (stable: :mod:`trnlab.launcher`, :mod:`trnlab.runner`, the command li
   must divide, which of them a ``tp_size`` does not divide, and which sizes divide them all.
 * :func:`validate_parallel_sizes` ``(world_size, tp_size, fsdp_size, ...)``: all of it at once.
 
-This module imports neither :mod:`trnlab.launcher` nor :mod:`trnlab.planning`: both import it.
+This module imports neither :mod:`trnlab.launcher` nor the planner (:mod:`trnlab.sharding`, :mod:`trnlab.planning`): they import it.
 """
 
 from __future__ import annotations

@@ -16,13 +16,15 @@ from urllib.parse import urlparse
 from trnlab.assets.build import BUNDLED_MODEL_DIR
 from trnlab.device import pick_device, resolve_device_map, resolve_dtype
 from trnlab.instances import PlanError
-from trnlab.settings import MODEL_ENV_VAR, read_settings
+from trnlab.settings import MODEL_ENV_VAR, progress_bars, read_settings
 
 __all__ = ["CONFIG_FILE", "WEIGHT_PATTERNS", "TOKENIZER_FILES", "ModelNotAvailableError", "model_name",
            "is_bundled", "hub_reachable", "missing_model_files", "model_source", "explained_load_errors",
            "CONFIG_DIR", "SHIPPED_MODELS", "NOT_CONFIG_SUFFIXES", "ConfigError", "text_config",
            "config_from_dict", "shipped_config", "read_config_file", "load_config", "load_tokenizer",
-           "progress_bars", "load_model", "parameter_count"]
+           "load_model", "parameter_count"]
+# progress_bars now lives in trnlab.settings; it is imported above so that the old path
+# (``from trnlab.models import progress_bars``, notebook 02) keeps working, without a warning.
 
 #: What a model folder needs, by what reads it: config, weights (any of these), tokenizer.
 CONFIG_FILE = "config.json"
@@ -178,7 +180,7 @@ NOT_CONFIG_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", 
 class ConfigError(PlanError):
     """A model config that cannot be read or lacks a needed field; the message names the fix.
 
-    A :class:`trnlab.planning.PlanError`, so the planner's and the mesh check's ``except`` catch it.
+    A :class:`trnlab.PlanError`, so the planner's and the mesh check's ``except`` catch it.
     """
 
 
@@ -293,19 +295,6 @@ def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "l
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     tokenizer.padding_side = padding_side
     return tokenizer
-
-
-@contextmanager
-def progress_bars(enabled: bool):
-    """Show Transformers' progress bars inside the block only if ``enabled`` (loading bars clutter notebooks)."""
-    from transformers.utils import logging
-
-    was = logging.is_progress_bar_enabled()
-    (logging.enable_progress_bar if enabled else logging.disable_progress_bar)()
-    try:
-        yield
-    finally:
-        (logging.enable_progress_bar if was else logging.disable_progress_bar)()
 
 
 def load_model(name=None, device=None, dtype=None, progress=False, **kwargs):

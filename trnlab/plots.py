@@ -8,7 +8,8 @@ imported inside each function, so importing trnlab stays light.
 * compiling (notebook 03): :func:`plot_compile_growth`, :func:`plot_padding_waste`,
   :func:`plot_buckets`, :func:`plot_generation_comparison`;
 * training (notebook 04): :func:`draw_loss_curve`, :func:`plot_strategy_comparison`;
-* sharding (notebook 05): :func:`plot_mesh`, :func:`plot_losses`.
+* sharding (notebook 05): :func:`plot_mesh`, :func:`plot_losses`;
+* planning a run (notebook 06): :func:`plot_memory_plan`.
 
 The text tables are in :mod:`trnlab.tables`; :func:`format_table`, :func:`format_steps`,
 :func:`memory_table`, :func:`placement_table` and :func:`text_table` are still importable from here.
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+from trnlab.instances import GiB, PlanError
+from trnlab.memory_model import COMPONENT_LABELS, COMPONENTS, MemoryPlan
+from trnlab.planning import MeshPlan
 # The text tables moved to trnlab.tables; these names keep working from here (notebooks use plots.format_*).
 from trnlab.tables import format_steps, format_table, memory_table, placement_table, text_table  # noqa: F401
 
 __all__ = [
     "draw_loss_curve", "plot_buckets", "plot_compile_growth", "plot_generation_comparison", "plot_losses", "plot_mesh",
-    "plot_padding_waste", "plot_strategy_comparison",
+    "plot_memory_plan", "plot_padding_waste", "plot_strategy_comparison",
 ]
 
 
@@ -253,3 +257,53 @@ def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None
     ax.set_ylabel("loss")
     ax.legend(fontsize=7)
     return ax
+
+
+def plot_memory_plan(plans, budget: int | None = None, ax=None, title: str | None = None):
+    """Stacked bars of bytes per rank by component, one bar per mesh; returns the figure.
+
+    ``plans``: a :class:`~trnlab.planning.MeshPlan` (every valid mesh; the HBM per core and the usable budget
+    are drawn as lines), a dict ``{label: MemoryPlan}``, or a list of MemoryPlans. ``budget``:
+    bytes per core to draw when ``plans`` is not a MeshPlan. Notebook 06.
+    """
+    import matplotlib.pyplot as plt
+
+    hbm = None
+    if isinstance(plans, MeshPlan):
+        mesh_plan = plans
+        hbm, budget = mesh_plan.instance.hbm_per_core, budget or mesh_plan.budget
+        title = title or f"{mesh_plan.model}, {mesh_plan.workload} on {mesh_plan.instance.name}"
+        plans = mesh_plan.plans
+    elif isinstance(plans, MemoryPlan):
+        plans = {plans.mesh: plans}
+    elif not isinstance(plans, dict):
+        plans = {p.mesh: p for p in plans}
+    if not plans:
+        raise PlanError("nothing to plot: no mesh passed the checks")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(plans) + 1.5) + 3.2, 4.2))
+    else:
+        fig = ax.figure
+    labels = list(plans)
+    bottoms = [0.0] * len(labels)
+    colors = plt.get_cmap("tab10").colors
+    for n, key in enumerate(COMPONENTS):
+        values = [plans[label].components[key] / GiB for label in labels]
+        if not any(values):
+            continue
+        ax.bar(labels, values, bottom=bottoms, color=colors[n], label=COMPONENT_LABELS[key])
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    if hbm:
+        ax.axhline(hbm / GiB, color="black", lw=1, label=f"HBM per core ({hbm / GiB:.0f} GiB)")
+    if budget:
+        ax.axhline(budget / GiB, color="red", ls="--", lw=1, label=f"usable ({budget / GiB:.1f} GiB)")
+    top = max(bottoms + [(hbm or 0) / GiB, (budget or 0) / GiB])
+    ax.set_ylim(0, top * 1.15)
+    ax.set_ylabel("GiB per rank (NeuronCore)")
+    ax.set_xlabel("mesh")
+    ax.tick_params(axis="x", labelsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig

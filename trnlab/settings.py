@@ -18,9 +18,10 @@ variable                   default           meaning
 A notebook's own knobs (``TRNLAB_MAX_NEW_TOKENS``, ``TRNLAB_LENGTH``...) are read in its
 parameter cell with :func:`knob`, which converts them and names the variable on a bad value.
 Course defaults that are not variables live here too (:data:`DEFAULT_INSTANCE`), and so do the
-two ways the package changes its process's settings for the length of a block:
-:func:`environment` (environment variables) and :func:`quiet_transformers` (Transformers'
-logging and progress bars).
+ways the package changes its process's settings for the length of a block:
+:func:`environment` (environment variables), :func:`progress_bars` (Transformers' progress
+bars, on or off) and :func:`quiet_transformers` (Transformers' logging, and its bars through
+:func:`progress_bars`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 __all__ = [
     "CPU_THREADS_ENV_VAR", "DEFAULT_INSTANCE", "DEVICE_CHOICES", "DEVICE_ENV_VAR", "DTYPE_CHOICES", "DTYPE_ENV_VAR",
     "MODEL_ENV_VAR", "SettingError", "Settings", "check_cpu_threads", "check_device_name", "check_dtype_name",
-    "environment", "knob", "quiet_transformers", "read_setting", "read_settings", "setting_problems",
+    "environment", "knob", "progress_bars", "quiet_transformers", "read_setting", "read_settings",
+    "setting_problems",
 ]
 
 #: The model to use: a hub name or a folder (unset: the bundled tiny Qwen3).
@@ -225,6 +227,25 @@ def environment(**variables: str | None):
 
 
 @contextlib.contextmanager
+def progress_bars(enabled: bool):
+    """Show Transformers' progress bars inside the block only if ``enabled`` (loading bars clutter notebooks).
+
+    Whatever the bars were before the block, they are put back after it.
+    """
+    from transformers.utils import logging
+
+    was = logging.is_progress_bar_enabled()
+    (logging.enable_progress_bar if enabled else logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (logging.enable_progress_bar if was else logging.disable_progress_bar)()
+
+
+_progress_bars = progress_bars  # quiet_transformers' keyword of the same name hides the function there
+
+
+@contextlib.contextmanager
 def quiet_transformers(*, logs: bool = True, progress_bars: bool = False):
     """Inside the block, Transformers logs errors only (``logs``) and draws no progress bars
     (``progress_bars``); both are restored after.
@@ -236,15 +257,11 @@ def quiet_transformers(*, logs: bool = True, progress_bars: bool = False):
     from transformers.utils import logging
 
     level = logging.get_verbosity()
-    bars = logging.is_progress_bar_enabled()
     if logs:
         logging.set_verbosity_error()
-    if progress_bars:
-        logging.disable_progress_bar()
     try:
-        yield
+        with _progress_bars(False) if progress_bars else contextlib.nullcontext():
+            yield
     finally:
         if logs:
             logging.set_verbosity(level)
-        if progress_bars and bars:
-            logging.enable_progress_bar()

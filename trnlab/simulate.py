@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 import torch
 
 from trnlab import compat
+from trnlab.assets import BUNDLED_MODEL_DIR
+from trnlab.device import pick_device, resolve_device_map
 from trnlab.settings import quiet_transformers
 
 __all__ = [
@@ -275,8 +277,6 @@ class reporting_device(ReportingDevice):
 def _bundled_model(device_map=None):
     from transformers import AutoModelForCausalLM
 
-    from trnlab.assets import BUNDLED_MODEL_DIR
-
     with quiet_transformers(logs=False, progress_bars=True):
         kwargs = {} if device_map is None else {"device_map": device_map}
         return AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, dtype=torch.float32, **kwargs).eval()
@@ -292,8 +292,6 @@ def claim_neuron_device(cores: int = 4) -> SimulatedDecision:
     accelerator through the registered module, and :func:`trnlab.pick_device` choosing ``neuron:0``.
     """
     import io
-
-    from trnlab.device import pick_device
 
     with simulate_neuron(cores, notice=False):
         printed = io.StringIO()
@@ -313,8 +311,6 @@ def claim_device_map_auto() -> SimulatedDecision:
     """Claim 3: ``from_pretrained(..., device_map="auto")`` loads the bundled model on CPU even on
     Neuron; :func:`trnlab.device.resolve_device_map` turns ``"auto"`` into ``"neuron"`` (with its
     warning). The model is really loaded (on CPU); nothing is loaded onto the simulated device."""
-    from trnlab.device import resolve_device_map
-
     with simulate_neuron(notice=False):
         model = _bundled_model(device_map="auto")
         landed = str(model.device)

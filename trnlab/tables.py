@@ -4,14 +4,18 @@ They take plain rows like the plots do (:mod:`trnlab.plots`, which re-exports th
 
 * training (notebook 04, ``python -m trnlab bench train``): :func:`format_table` (summary dicts,
   one row per strategy), :func:`format_steps` (a recorder's steps); both built on :func:`text_table`;
-* sharding (notebook 05): :func:`memory_table`, :func:`placement_table`.
+* sharding (notebook 05): :func:`memory_table`, :func:`placement_table`;
+* planning a run (notebook 06, ``python -m trnlab plan``): :func:`format_plan`.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-__all__ = ["format_steps", "format_table", "memory_table", "placement_table", "text_table"]
+from trnlab.memory_model import MemoryPlan
+from trnlab.planning import MeshPlan
+
+__all__ = ["format_plan", "format_steps", "format_table", "memory_table", "placement_table", "text_table"]
 
 
 def _cell(value) -> str:
@@ -78,3 +82,33 @@ def placement_table(ranks: list[dict], names: list[str]) -> str:
             lines.append(f"  rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): {str(tuple(p['local_shape'])):<11}"
                          f" {held:<26} [{placement}]")
     return "\n".join(lines)
+
+
+def format_plan(plan, *, shards: bool = False) -> str:
+    """A plan as text: a mesh plan's every mesh and recommendation, or a memory plan's components.
+
+    A :class:`~trnlab.planning.MeshPlan` gives its summary, every mesh and the recommended mesh's
+    components; a :class:`~trnlab.memory_model.MemoryPlan` its summary and components. ``shards=True`` adds one line per tensor.
+
+    Printed by ``python -m trnlab plan`` and ``python -m trnlab launch --dry-run``; notebook 06.
+    """
+    if isinstance(plan, MeshPlan):
+        parts = [plan.describe(), "", plan.table()]
+        if plan.recommended is not None:
+            parts += ["", f"recommended mesh, per rank: {plan.recommended.plan.describe()}",
+                      plan.recommended.plan.table()]
+            memory = plan.recommended.plan
+        else:
+            memory = None
+    elif isinstance(plan, MemoryPlan):
+        parts = [plan.describe(), plan.table()]
+        memory = plan
+    else:
+        raise TypeError(f"format_plan takes a MeshPlan or a MemoryPlan, not {type(plan).__name__}")
+    if memory is not None:
+        parts += [""] + [f"note: {n}" for n in memory.notes]
+        if shards:
+            parts += ["", f"{'tensor':<48} {'shape':>16} {'tp style':>24} {'on this rank':>16}"]
+            parts += [f"{s.name:<48} {str(s.shape):>16} {str(s.tp_style or '-'):>24} {str(s.local_shape):>16}"
+                      for s in memory.shards]
+    return "\n".join(parts)

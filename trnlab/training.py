@@ -37,7 +37,8 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from trnlab import compat
 from trnlab.callbacks import LiveLossPlot, StepRecord, StopAtStep, TrainingRecorder  # noqa: F401 (their old path)
 from trnlab.compile_tracking import compile_backend as pick_compile_backend, forget_compiled_graphs
-from trnlab.deprecation import warn_deprecated as _deprecated
+from trnlab.data import strategy_dataset
+from trnlab.deprecation import moved_names, warn_deprecated as _deprecated
 from trnlab.device import bf16_supported
 from trnlab.settings import environment, quiet_transformers
 
@@ -47,21 +48,9 @@ __all__ = [
 ]
 
 
-#: Names that moved out of this module: ``{old name: (module, new name)}``, still served with a warning.
-_MOVED = {"format_table": ("trnlab.plots", "format_table")}
-
-
-def __getattr__(name: str):
-    # PEP 562: `trnlab.training.format_table` keeps working for one release, with a FutureWarning.
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        module, new = _MOVED[name]
-        warnings.warn(f"trnlab.training.{name} is deprecated and will be removed in trnlab 0.3: it moved, "
-                      f"write {module}.{new} (or trnlab.{new}) instead", FutureWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), new)
-    raise AttributeError(f"module 'trnlab.training' has no attribute {name!r}")
+#: Names that moved out of this module, still served with a warning (removed in trnlab 0.3).
+__getattr__ = moved_names("trnlab.training", {
+    "format_table": ("trnlab.plots", "trnlab.plots.format_table (or trnlab.format_table)")})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,8 +285,6 @@ def train_strategy(strategy: str, model, tokenizer, texts: Sequence[str], output
                 "TrainingArguments(output_dir=..., bf16=..., torch_compile=True, dataloader_drop_last=True, ...) "
                 "and Trainer(model=model, args=args, train_dataset=dataset, "
                 "data_collator=recorder.watch(collator), callbacks=[recorder]).train() (see notebook 04)")
-    from trnlab.data import strategy_dataset
-
     max_positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     dataset, collator = strategy_dataset(strategy, tokenizer, texts, length, max_positions=max_positions)
     args = page_arguments(output_dir, device, max_steps=max_steps, batch_size=batch_size,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from trnlab.buckets import padding_by_bucket_count
+from trnlab.plots import plot_buckets
 
 __all__ = ["bucket_slider", "bucket_summary"]
 
@@ -30,8 +31,6 @@ def bucket_slider(lengths: Iterable[int], max_buckets: int = 8, value: int = 4):
     """
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
-
-    from trnlab.plots import plot_buckets
 
     lengths = list(lengths)
     rows = padding_by_bucket_count(lengths, max_buckets)

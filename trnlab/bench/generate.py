@@ -30,6 +30,11 @@ from pathlib import Path
 
 import torch
 
+from trnlab import bench, buckets as bk
+from trnlab.compile_tracking import NEFF_DISABLE_CACHE_VAR, compile_backend, forget_compiled_graphs
+from trnlab.device import DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR, package_versions, pick_device
+from trnlab.models import load_model, load_tokenizer
+
 #: Where the JSON report goes unless ``--output`` says otherwise.
 DEFAULT_OUTPUT = Path("runs") / "bench_generate.json"
 
@@ -86,10 +91,6 @@ def _settings(args) -> dict:
 def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model_name=None,
                   log=print) -> dict:
     """Run the four generations of the module docstring and return the report as a dict."""
-    from trnlab.compile_tracking import compile_backend
-    from trnlab.device import pick_device
-    from trnlab.models import load_model, load_tokenizer
-
     device = pick_device(device, verbose=False) if not isinstance(device, torch.device) else device
     if model is None:
         # Eager attention always passes its mask, so an exactly full bucket compiles the same
@@ -109,8 +110,6 @@ def run_benchmark(settings: dict, model=None, tokenizer=None, device=None, model
 
 def build_workload(settings: dict, model, tokenizer):
     """``(lengths, prompts, buckets)``: the seeded prompts and the buckets chosen for them."""
-    from trnlab import bench, buckets as bk
-
     new = settings["max_new_tokens"]
     max_positions = model.config.max_position_embeddings
     lengths = bench.sample_prompt_lengths(settings["prompts"], settings["shortest"], settings["longest"],
@@ -123,9 +122,6 @@ def build_workload(settings: dict, model, tokenizer):
 
 def run_four_ways(model, prompts, buckets, backend: str, settings: dict, log=print) -> dict:
     """The workload eager and compiled, unbucketed and bucketed, then bucketed again (steady state)."""
-    from trnlab import bench
-    from trnlab.compile_tracking import forget_compiled_graphs
-
     new = settings["max_new_tokens"]
     common = dict(compile_prefill=settings["compile_prefill"], recompile_limit=settings["recompile_limit"])
     runs = {}
@@ -149,8 +145,6 @@ def run_four_ways(model, prompts, buckets, backend: str, settings: dict, log=pri
 
 def run_checks(runs: dict, buckets, compile_prefill: bool) -> dict:
     """The report's checks: identical outputs, graphs within the bucket budget, compiled speed."""
-    from trnlab import bench
-
     eager_speed = runs["eager_bucketed"].tokens_per_second(steady_only=False)
     compiled_speed = runs["compiled_bucketed_steady"].tokens_per_second()
     graph_budget = len(buckets.lengths) + (1 if compile_prefill else 0)
@@ -173,9 +167,6 @@ def run_checks(runs: dict, buckets, compile_prefill: bool) -> dict:
 
 def build_report(settings: dict, backend: str, device, model, lengths, buckets, runs: dict) -> dict:
     """The JSON report: settings, machine, workload, each run's summary and per-request table, checks."""
-    from trnlab import buckets as bk
-    from trnlab.device import package_versions
-
     summaries = {name: result.summary() for name, result in runs.items()}
     for name, result in runs.items():
         summaries[name]["requests_table"] = [
@@ -200,9 +191,6 @@ def build_report(settings: dict, backend: str, device, model, lengths, buckets, 
 def neff_cache_state() -> str:
     """How TorchNeuron's NEFF cache is set for this process: warm by default, or turned off."""
     import os
-
-    from trnlab.compile_tracking import NEFF_DISABLE_CACHE_VAR
-    from trnlab.device import DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR
 
     if os.environ.get(NEFF_DISABLE_CACHE_VAR, "").lower() in ("1", "true", "yes"):
         return f"off ({NEFF_DISABLE_CACHE_VAR}=1): every graph compiles cold"

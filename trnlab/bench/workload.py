@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from trnlab import compat
+from trnlab.assets import generate_documents
 from trnlab.buckets import ShapeBuckets, check_lengths
 from trnlab.compile_tracking import CompileTracker, recompile_limit as raised_recompile_limit, steady_median
 from trnlab.generation import Prompts, bucketed_generate, generate_compile_kwargs, prompt_token_ids
@@ -40,8 +41,6 @@ def corpus_prompts(tokenizer, lengths: Sequence[int], seed: int = 0) -> list[lis
     seen text like it; each prompt is a window starting at a seeded random token. The lists
     are prompts in trnlab's token-id form (:func:`trnlab.prompt_token_ids`).
     """
-    from trnlab.assets import generate_documents
-
     lengths = check_lengths(lengths)
     rng = random.Random(seed)
     ids: list[int] = []

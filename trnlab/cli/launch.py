@@ -2,7 +2,7 @@
 
 Argument parsing and a short :func:`main` only: the commands come from :mod:`trnlab.launcher`,
 the mesh check from :mod:`trnlab.mesh`, the run from :mod:`trnlab.runner` (through
-:func:`trnlab.launcher.launch`), the memory note of ``--dry-run`` from :mod:`trnlab.planning`.
+:func:`trnlab.launcher.launch`), the memory note of ``--dry-run`` from :mod:`trnlab.memory_model`.
 Every bad value is refused, with the fix, before anything starts (exit status 2).
 """
 
@@ -15,10 +15,11 @@ import sys
 from trnlab.instances import PlanError
 from trnlab.launcher import (launch, launch_command, multinode_commands, neuron_cores_per_node,
                              slurm_script)
+from trnlab.memory_model import plan_memory
 from trnlab.mesh import LaunchConfigError, mesh_sizes, validate_parallel_sizes
-from trnlab.planning import format_plan, plan_memory
 from trnlab.rank_cores import parse_neuron_cores
 from trnlab.settings import DEFAULT_INSTANCE, SettingError
+from trnlab.tables import format_plan
 
 __all__ = ["build_parser", "run", "main"]
 

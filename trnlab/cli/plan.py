@@ -1,6 +1,6 @@
 """``python -m trnlab plan``: parse the options, call :func:`trnlab.planning.plan_mesh`, print the plan.
 
-All the planning is in :mod:`trnlab.planning`; this module only turns a command line into
+All the planning is in :mod:`trnlab.planning` (and :mod:`trnlab.memory_model`, :mod:`trnlab.sharding`); this module only turns a command line into
 one call and its result into text or JSON.
 """
 
@@ -11,9 +11,12 @@ import json
 import sys
 
 from trnlab.instances import INSTANCES, PlanError
+from trnlab.memory_model import CHECKPOINTING
 from trnlab.models import SHIPPED_MODELS, text_config
-from trnlab.planning import CHECKPOINTING, config_and_label, format_plan, plan_mesh
+from trnlab.planning import plan_mesh
 from trnlab.settings import DEFAULT_INSTANCE
+from trnlab.sharding import config_and_label
+from trnlab.tables import format_plan
 
 __all__ = ["main"]
 

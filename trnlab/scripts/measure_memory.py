@@ -6,7 +6,7 @@ Every rank loads its shard (``DistributedConfig(tp_size, fsdp_size)``, fp32), co
 its local parameter shards, trains one step (forward, backward, one AdamW step) on a random
 micro-batch of its own, then counts parameters, gradients and optimizer state again, and writes
 run/rank<N>.json. ``tests/test_distributed.py`` compares the numbers with
-:func:`trnlab.planning.plan_memory` (notebook 06 names that check).
+:func:`trnlab.plan_memory` (notebook 06 names that check).
 """
 import argparse
 import os
