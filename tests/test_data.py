@@ -220,11 +220,13 @@ def test_a_registered_strategy_is_built_by_name_and_a_taken_name_is_refused(toke
         with pytest.raises(ValueError, match="buckets only shape the 'buckets' strategy, not 'test_truncated'"):
             data.strategy_dataset("test_truncated", tokenizer, texts, 16, buckets=[16])
         with pytest.raises(ValueError, match=r"'test_truncated' is already registered: pick another name, "
-                                             r"or remove the old entry"):
+                                             r"pass replace=True, or remove the old entry"):
             data.register_strategy("test_truncated")(lambda *a, **k: None)
         with pytest.raises(ValueError, match="'fixed' is already registered"):
             data.register_strategy("fixed")(lambda *a, **k: None)
         assert data.STRATEGIES["test_truncated"] is truncated
+        again = data.register_strategy("test_truncated", replace=True)(lambda *a, **k: None)  # a cell run twice
+        assert data.STRATEGIES["test_truncated"] is again and list(data.STRATEGIES)[-1] == "test_truncated"
     finally:
         data.STRATEGIES.pop("test_truncated", None)
     assert list(data.STRATEGIES) == ["dynamic", "buckets", "fixed", "packed"]

@@ -411,9 +411,10 @@ def test_the_planners_old_names_still_resolve_from_trnlab_planning():
     assert planning.plan_memory is memory_model.plan_memory and planning.config_and_label is sharding.config_and_label
     assert planning.get_instance is instances.get_instance
     with pytest.warns(FutureWarning, match=r"trnlab\.planning\.plot_memory_plan is deprecated .* write "
-                                           r"trnlab\.plot_memory_plan \(or trnlab\.plots\.plot_memory_plan\) instead"):
+                                           r"trnlab\.plot_memory_plan \(or `from trnlab\.plots import plot_memory_plan`\) "
+                                           r"instead"):
         assert planning.plot_memory_plan is plots.plot_memory_plan is trnlab.plot_memory_plan
-    with pytest.warns(FutureWarning, match=r"write trnlab\.memory_model\.kv_cache_bytes instead"):
+    with pytest.warns(FutureWarning, match=r"write `from trnlab\.memory_model import kv_cache_bytes` instead"):
         assert planning.kv_cache_bytes is memory_model.kv_cache_bytes
     with pytest.warns(FutureWarning, match=r"trnlab\.load_config"):
         config, label = planning.resolve_config("Qwen/Qwen3-8B")

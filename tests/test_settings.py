@@ -76,10 +76,10 @@ def test_quiet_transformers_silences_logs_and_bars_only_inside():
     from trnlab.settings import quiet_transformers
 
     level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    with quiet_transformers(progress_bars=True):
+    with quiet_transformers(hide_progress_bars=True):
         assert logging.get_verbosity() == logging.ERROR and not logging.is_progress_bar_enabled()
     assert logging.get_verbosity() == level and logging.is_progress_bar_enabled() == bars
-    with quiet_transformers(logs=False, progress_bars=True):
+    with quiet_transformers(logs=False, hide_progress_bars=True):
         assert logging.get_verbosity() == level
     with quiet_transformers():
         assert logging.is_progress_bar_enabled() == bars
@@ -95,8 +95,11 @@ def test_progress_bars_toggle_lives_in_settings_and_keeps_its_old_import_path():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        from trnlab.models import progress_bars  # notebook 02's import: no warning
+        from trnlab.models import progress_bars  # the path notebook 02 used before: still there, no warning
     assert progress_bars is settings.progress_bars and "progress_bars" in settings.__all__
+    with pytest.warns(FutureWarning, match=r"quiet_transformers\(progress_bars=\.\.\.\).*hide_progress_bars="):
+        with settings.quiet_transformers(progress_bars=True):  # the keyword's old name
+            assert not logging.is_progress_bar_enabled()
     bars = logging.is_progress_bar_enabled()
     try:
         for before in (True, False):
@@ -105,7 +108,7 @@ def test_progress_bars_toggle_lives_in_settings_and_keeps_its_old_import_path():
                 with settings.progress_bars(enabled):
                     assert logging.is_progress_bar_enabled() == enabled
                 assert logging.is_progress_bar_enabled() == before
-            with settings.quiet_transformers(progress_bars=True):
+            with settings.quiet_transformers(hide_progress_bars=True):
                 assert not logging.is_progress_bar_enabled()
             assert logging.is_progress_bar_enabled() == before
     finally:

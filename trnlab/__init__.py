@@ -33,6 +33,7 @@ module                   concern
 ``doctor``               ``python -m trnlab doctor``: the machine report
 ``notebook``             the setup call at the top of a notebook, the summary at its end
 ``simulate``             a simulated Neuron device: what the libraries decide on a trn2
+``assets``               the bundled tiny Qwen3, its corpus and example prompt, shipped configs
 ``models``               loading the course model and tokenizer (``TRNLAB_MODEL``)
 ``generation``           prompts in one form, generation on an explicit device
 ``buckets``              shape bucketing for generation
@@ -59,6 +60,7 @@ module                   concern
 ``bench.train``
 ``scripts``              scripts that ``trnlab.launch`` runs under torchrun
 ``pytest_plugin``        the course's nbval rules for your own CI
+``launch``               deprecated: the old name of ``launcher`` (``trnlab.launch`` is the function)
 =======================  ==================================================================
 """
 

@@ -353,12 +353,15 @@ def real_tokens(batch_or_dataset) -> int:
 STRATEGIES: dict[str, Callable[..., tuple[list[dict], PaddingCollator]]] = {}
 
 
-def register_strategy(name: str):
-    """Decorator: add a builder ``(tokenizer, texts, length, *, pad, buckets, max_positions)`` to :data:`STRATEGIES`."""
+def register_strategy(name: str, *, replace: bool = False):
+    """Decorator: add a builder ``(tokenizer, texts, length, *, pad, buckets, max_positions)`` to :data:`STRATEGIES`.
+
+    ``replace=True`` lets a notebook cell that registers a strategy run again.
+    """
     def register(builder):
-        if name in STRATEGIES:
-            raise ValueError(f"a strategy named {name!r} is already registered: pick another name, or remove "
-                             f"the old entry first (del trnlab.data.STRATEGIES[{name!r}])")
+        if name in STRATEGIES and not replace:
+            raise ValueError(f"a strategy named {name!r} is already registered: pick another name, pass "
+                             f"replace=True, or remove the old entry first (del trnlab.data.STRATEGIES[{name!r}])")
         STRATEGIES[name] = builder
         return builder
     return register
@@ -376,12 +379,14 @@ def default_buckets(length: int) -> tuple[int, ...]:
 @register_strategy("dynamic")
 def _dynamic_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
                       max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    """Rows of their own length, each batch padded to its longest row."""
     return tokenized_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad)
 
 
 @register_strategy("buckets")
 def _buckets_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
                       max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    """Rows of their own length, each batch padded to the smallest bucket that fits."""
     if buckets is not None and len(buckets) == 0:
         raise ValueError(
             f"buckets is empty: pass the bucket lengths, in tokens, the largest being length={length} "
@@ -396,6 +401,7 @@ def _buckets_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int,
 @register_strategy("fixed")
 def _fixed_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
                     max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    """Every row padded (or truncated) to ``length``: the page's ``padding="max_length"``."""
     return (fixed_length_dataset(tokenizer, texts, length, max_positions=max_positions),
             PaddingCollator(pad, (length,)))
 
@@ -403,6 +409,7 @@ def _fixed_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, b
 @register_strategy("packed")
 def _packed_strategy(tokenizer, texts: Sequence[str], length: int, *, pad: int, buckets: Sequence[int] | None,
                      max_positions: int | None) -> tuple[list[dict], PaddingCollator]:
+    """Texts joined with EOS and cut into ``length``-token blocks: no padding."""
     return packed_dataset(tokenizer, texts, length, max_positions=max_positions), PaddingCollator(pad, (length,))
 
 

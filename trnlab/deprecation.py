@@ -52,9 +52,11 @@ def moved_names(module: str, moved: dict):
     """A module ``__getattr__`` (PEP 562) under which names that left ``module`` still resolve, with a warning.
 
     ``moved``: ``{name: new_module}``, or ``{name: (new_module, what_to_write)}``; ``what_to_write``
-    ``None`` skips the warning (a renamed function that warns when called). A moved name is looked
-    up by name when it is used, the way ``trnlab.X`` is: it is no import of ``module``, so the
-    module never depends on where its old names went (``tests/test_imports.py`` checks the graph).
+    ``None`` skips the warning (a renamed function that warns when called). The new module is
+    imported when an old name is first used: a lazy import, kept for deprecated names only and
+    removed with them in trnlab 0.3. Where it points back at a module that imports ``module``
+    (planning's old ``plot_memory_plan`` now in plots, which imports planning), ``tests/test_imports.py``
+    lists the edge, so no such cycle appears unannounced.
     """
     def __getattr__(name: str):
         if name not in moved:
@@ -70,8 +72,9 @@ def moved_names(module: str, moved: dict):
 
 
 def _new_path(module: str, name: str) -> str:
+    """What to write for a moved name: ``trnlab.X`` where it is top level, and its import."""
     top_level = name in getattr(sys.modules.get("trnlab"), "__all__", ())
-    return f"trnlab.{name} (or {module}.{name})" if top_level else f"{module}.{name}"
+    return f"trnlab.{name} (or `from {module} import {name}`)" if top_level else f"`from {module} import {name}`"
 
 
 class SummaryDict(dict):

@@ -111,7 +111,7 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
     padded = model.config.vocab_size
     if padded < vocab or padded % multiple:  # resize rounds up; a change there must not cut rows
         raise RuntimeError(f"resize_token_embeddings gave {padded} rows for {vocab} and multiple={multiple}")
-    with quiet_transformers(logs=False, progress_bars=True):
+    with quiet_transformers(logs=False, hide_progress_bars=True):
         model.save_pretrained(output_dir)
     models.load_tokenizer(name).save_pretrained(output_dir)
     saved = models.load_config(output_dir).vocab_size  # save_pretrained only logs its errors: read back

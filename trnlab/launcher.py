@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from trnlab.deprecation import moved_names
 from trnlab.device import backend_available, detect_backend, device_count
 from trnlab.instances import PlanError, get_instance
-from trnlab.mesh import LaunchConfigError, _config_of, mesh_sizes as _mesh_sizes, validate_parallel_sizes
+from trnlab.mesh import LaunchConfigError, checked_config, mesh_sizes as _mesh_sizes, validate_parallel_sizes
 from trnlab.rank_cores import (VISIBLE_CORES_VAR, CoreListError, format_core_list,  # noqa: F401  (re-exported)
                                needs_rank_cores, parse_core_list, parse_neuron_cores, rank_neuron_cores,
                                visible_cores_setting, visible_neuron_cores)
@@ -86,7 +86,7 @@ def model_config_of(model=None):
     """
     warnings.warn("trnlab.launcher.model_config_of is deprecated and will be removed in trnlab 0.3: write "
                   "`trnlab.load_config(model)` (trnlab.models.load_config) instead", FutureWarning, stacklevel=2)
-    return _config_of(model)
+    return checked_config(model)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from trnlab.instances import GiB, PlanError
 from trnlab.sharding import ModelSpec, TensorShard, config_and_label, model_spec, tp_problem
 
 __all__ = [
-    "ACTIVATION_FORMULA", "BACKWARD_PER_FORWARD", "CHECKPOINTING", "COMPONENTS", "COMPONENT_LABELS", "DTYPE_BYTES",
+    "ACTIVATION_FORMULA", "BACKWARD_PER_FORWARD", "CHECKPOINTING", "COMPONENTS", "COMPONENT_LABELS",
+    "COMPONENT_SHORT_LABELS", "DTYPE_BYTES",
     "INFERENCE_ACTIVATION_FORMULA", "SELECTIVE_ACTIVATION_FORMULA", "TRAIN_ACTIVATION_FORMULA", "MemoryPlan",
     "checkpointed_layers", "checkpointing_label", "checkpointing_mode", "dtype_name", "every_nth_layer",
     "fsdp_buffer_bytes", "gradient_bytes", "inference_activation_bytes", "kv_cache_bytes", "optimizer_bytes",
@@ -44,7 +45,6 @@ def dtype_name(dtype) -> str:
     return name
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Memory of one rank
 # ---------------------------------------------------------------------------------------------
@@ -60,6 +60,9 @@ COMPONENT_LABELS = {
     "activations": "activations (estimate)",
     "kv_cache": "static KV cache",
 }
+#: The same names, short enough for a column header (:meth:`trnlab.planning.MeshPlan.table`).
+COMPONENT_SHORT_LABELS = {"parameters": "params", "gradients": "grads", "optimizer": "optim",
+                          "fsdp_buffers": "fsdp buf", "activations": "activ.", "kv_cache": "kv cache"}
 
 #: The activation estimates, as :func:`plan_memory` computes them (also in ``MemoryPlan.notes``).
 #: Symbols: T = batch*seq tokens of this rank's micro-batch, b = compute dtype bytes, h = hidden_size,
@@ -275,13 +278,13 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
                 cache_length: int | None = None, checkpoint_every: int = 2) -> MemoryPlan:
     """Estimate the bytes one rank holds for ``config`` on a ``tp_size x fsdp_size`` mesh.
 
-    ``config``: anything :func:`config_and_label` takes (config, dict, shipped name such as
+    ``config``: anything :func:`trnlab.sharding.config_and_label` takes (config, dict, shipped name such as
     ``"Qwen/Qwen3-8B"``, folder, ``None`` for the course model). ``batch`` is the micro-batch of
     **each data-parallel (FSDP) rank**: FSDP is data parallelism, every FSDP rank runs its own
     ``batch`` sequences (the global batch is ``batch * fsdp_size``), and the TP ranks of one FSDP
     rank share it. ``seq`` is tokens per sequence.
 
-    * parameters: every tensor split as :func:`parameter_shards` says, in ``dtype`` for
+    * parameters: every tensor split as :func:`trnlab.sharding.parameter_shards` says, in ``dtype`` for
       inference and in the master-weight dtype (``master_weights="fp32"`` or ``"bf16"``) for
       training. Exact for Transformers' ``DistributedConfig`` (FSDP2 padding included).
     * gradients (training): one per parameter shard, in the parameter's dtype.
@@ -312,7 +315,7 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
       cache_implementation="static")`` allocates ``max_length - 1`` = prompt + new tokens - 1.
 
     Returns a :class:`MemoryPlan` (``.components``, ``.total``, ``.table()``, ``.summary()``, ``.describe()``,
-    ``.to_dict()``). Used by :func:`plan_mesh`, notebook 06 and ``python -m trnlab plan``.
+    ``.to_dict()``). Used by :func:`trnlab.plan_mesh`, notebook 06 and ``python -m trnlab plan``.
     """
     config, label = config_and_label(config)
     workload_key = workload_name(workload)
@@ -370,6 +373,7 @@ def workload_name(workload) -> str:
 
 
 def _master_weights(master_weights) -> str:
+    """``"fp32"`` or ``"bf16"`` for what ``master_weights=`` accepts; else a PlanError."""
     master = _MASTER.get(str(master_weights).lower())
     if master is None:
         raise PlanError(f"master_weights={master_weights!r}: use 'fp32' or 'bf16'")
@@ -377,6 +381,7 @@ def _master_weights(master_weights) -> str:
 
 
 def _optimizer(optimizer) -> str:
+    """The optimizer name, if the planner knows its state; else a PlanError."""
     opt = str(optimizer).lower()
     if opt not in _OPTIMIZERS:
         raise PlanError(f"optimizer={optimizer!r}: the planner knows {', '.join(_OPTIMIZERS)}")
@@ -454,11 +459,13 @@ def kv_cache_bytes(d: dict, batch: int, cache_length: int, b: int, tp: int) -> i
 
 
 def _kv_cache_note(d: dict, batch: int, cache_length: int, b: int, tp: int) -> str:
+    """The note that shows how the KV cache bytes were counted."""
     return (f"kv_cache: batch {batch} x {cache_length} positions x {d['layers']} layers x {-(-d['kv_heads'] // tp)} kv "
             f"heads per TP rank x head_dim {d['head_dim']} x 2 (keys, values) x {b} bytes.")
 
 
 def _workload_notes(d: dict, batch: int, seq: int, cache_length: int, fsdp_size: int, train: bool) -> list[str]:
+    """Notes on the workload: FSDP ranks each hold their own micro-batch; a sequence past the model's positions."""
     notes = []
     if fsdp_size > 1:
         notes.append(f"FSDP is data parallelism: each of the {fsdp_size} FSDP ranks holds the activations"
@@ -466,6 +473,3 @@ def _workload_notes(d: dict, batch: int, seq: int, cache_length: int, fsdp_size:
     if d["max_position_embeddings"] and max(seq, cache_length if not train else 0) > d["max_position_embeddings"]:
         notes.append(f"seq/cache_length exceed max_position_embeddings={d['max_position_embeddings']}.")
     return notes
-
-
-# ---------------------------------------------------------------------------------------------

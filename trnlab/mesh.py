@@ -1,7 +1,7 @@
 """Does a ``DistributedConfig`` mesh fit the processes and the model? Checked before anything starts.
 
-Public API (stable: :mod:`trnlab.launcher`, :mod:`trnlab.runner`, the command line and
-:mod:`trnlab.sharding` / :mod:`trnlab.planning` use it):
+Public API (stable: :mod:`trnlab.launcher`, the command line, :mod:`trnlab.sharding` and
+:mod:`trnlab.planning` use it):
 
 * :class:`LaunchConfigError`: a mesh (or launch) that does not fit; the message names the fix
   (defined in :mod:`trnlab.rank_cores`, which must stay free of torch; the same class).
@@ -10,9 +10,11 @@ Public API (stable: :mod:`trnlab.launcher`, :mod:`trnlab.runner`, the command li
 * :data:`TP_DIMENSIONS`, :func:`tp_dimensions` ``(config)``, :func:`tp_misfits` ``(dims, tp_size)``
   and :func:`tp_sizes_that_fit` ``(dims, world_size)``: the model widths tensor parallelism
   must divide, which of them a ``tp_size`` does not divide, and which sizes divide them all.
-* :func:`validate_parallel_sizes` ``(world_size, tp_size, fsdp_size, ...)``: all of it at once.
+* :func:`validate_parallel_sizes` ``(world_size, tp_size, fsdp_size, ...)``: all of it at once,
+  against :func:`checked_config` ``(model)``, the model's config.
 
-This module imports neither :mod:`trnlab.launcher` nor the planner (:mod:`trnlab.sharding`, :mod:`trnlab.planning`): they import it.
+This module imports neither :mod:`trnlab.launcher` nor the planner (:mod:`trnlab.sharding`,
+:mod:`trnlab.planning`): they import it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from trnlab.instances import PlanError
 from trnlab.models import ModelNotAvailableError, load_config, text_config
 from trnlab.rank_cores import LaunchConfigError  # the launch's one error type (defined there: no torch)
 
-__all__ = ["LaunchConfigError", "TP_DIMENSIONS", "divisors", "mesh_sizes", "tp_dimensions",
+__all__ = ["LaunchConfigError", "TP_DIMENSIONS", "checked_config", "divisors", "mesh_sizes", "tp_dimensions",
            "tp_misfits", "tp_sizes_that_fit", "validate_parallel_sizes"]
 
 #: Config attributes tensor parallelism splits evenly, with how a message names them.
@@ -71,8 +73,8 @@ def tp_sizes_that_fit(dims: dict[str, int], world_size: int) -> list[int]:
     return [t for t in divisors(world_size) if all(v % t == 0 for v in dims.values())]
 
 
-def _config_of(model=None):
-    """:func:`trnlab.models.load_config` (config objects pass through); no config is a :class:`LaunchConfigError`."""
+def checked_config(model=None):
+    """The config a mesh is checked against: :func:`trnlab.load_config`, a config passes through; none is a LaunchConfigError."""
     if hasattr(model, "num_attention_heads") or hasattr(model, "get_text_config"):
         return model
     try:
@@ -159,7 +161,7 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
     sizes = {"pp_size": pp_size, "dp_replicate_size": dp_replicate_size,
              "fsdp_size": fsdp_size, "tp_size": tp_size}
     _check_sizes(world_size, sizes)
-    config = _config_of(model_config) if check_model else None
+    config = checked_config(model_config) if check_model else None
     if config is not None:
         _check_tp_dimensions(config, world_size, tp_size)
         _check_tied_vocabulary(config, tp_size, fsdp_size, dp_replicate_size)

@@ -23,8 +23,8 @@ __all__ = ["CONFIG_FILE", "WEIGHT_PATTERNS", "TOKENIZER_FILES", "ModelNotAvailab
            "CONFIG_DIR", "SHIPPED_MODELS", "NOT_CONFIG_SUFFIXES", "ConfigError", "text_config",
            "config_from_dict", "shipped_config", "read_config_file", "load_config", "load_tokenizer",
            "load_model", "parameter_count"]
-# progress_bars now lives in trnlab.settings; it is imported above so that the old path
-# (``from trnlab.models import progress_bars``, notebook 02) keeps working, without a warning.
+# progress_bars lives in trnlab.settings (load_model uses it); the old ``from trnlab.models import
+# progress_bars`` still works, as it is imported here.
 
 #: What a model folder needs, by what reads it: config, weights (any of these), tokenizer.
 CONFIG_FILE = "config.json"

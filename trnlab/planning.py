@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 from trnlab.deprecation import SummaryDict, moved_names, warn_deprecated
 from trnlab.instances import INSTANCES, GiB, Instance, PlanError, get_instance
-from trnlab.memory_model import (CHECKPOINTING, COMPONENTS, MemoryPlan, checkpointed_layers, checkpointing_label,
-                                 checkpointing_mode, dtype_name, every_nth_layer, plan_memory, recompute_fraction,
-                                 workload_name)
+from trnlab.memory_model import (CHECKPOINTING, COMPONENT_SHORT_LABELS, COMPONENTS, MemoryPlan, checkpointed_layers,
+                                 checkpointing_label, checkpointing_mode, dtype_name, every_nth_layer, plan_memory,
+                                 recompute_fraction, workload_name)
 from trnlab.mesh import LaunchConfigError, divisors, validate_parallel_sizes
 from trnlab.settings import DEFAULT_INSTANCE
 from trnlab.sharding import config_and_label, model_spec, tp_problem
@@ -113,13 +113,12 @@ class MeshPlan:
 
     @property
     def plans(self) -> dict:
-        """``{"tp=.. x fsdp=..": MemoryPlan}`` for every valid mesh (for :func:`plot_memory_plan`)."""
+        """``{"tp=.. x fsdp=..": MemoryPlan}`` for every valid mesh (for :func:`trnlab.plot_memory_plan`)."""
         return {c.plan.mesh: c.plan for c in self.candidates if c.plan is not None}
 
     def table(self) -> str:
         """Every mesh tried, one line each: per-component GiB, total, fits or why rejected."""
-        short = {"parameters": "params", "gradients": "grads", "optimizer": "optim",
-                 "fsdp_buffers": "fsdp buf", "activations": "activ.", "kv_cache": "kv cache"}
+        short = COMPONENT_SHORT_LABELS
         head = f"{'tp':>3} {'fsdp':>5}  " + " ".join(f"{short[k]:>9}" for k in COMPONENTS) + f" {'total':>9}  verdict"
         lines = [head + "   (GiB per rank" + (f", {checkpointing_label(self.checkpointing, self.settings.get('checkpoint_every', 2))})"
                                              if self.workload == "train" else ")")]
@@ -175,10 +174,12 @@ class MeshPlan:
 
 
 def _where(inst: Instance, nodes: int) -> str:
+    """``"trn2.48xlarge"`` or ``"4 x trn2.48xlarge"``."""
     return f"{nodes} x {inst.name}" if nodes > 1 else inst.name
 
 
 def _whole(name: str, value) -> None:
+    """Refuse a size that is given but not a whole number >= 1."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise PlanError(f"{name}={value!r}: a whole number >= 1")
 
@@ -218,6 +219,7 @@ def _given_mesh(config, inst: Instance, nodes: int, tp_size: int | None, fsdp_si
 
 
 def _across_hosts(inst: Instance, tp: int) -> str:
+    """Why a TP group may not span hosts."""
     return (f"tp_size={tp} would split a TP group across hosts ({inst.cores_per_host} cores per "
             f"host): TP all-reduces twice per layer, and Neuron keeps it within a chip ('Keep TP4 within a chip')")
 
@@ -241,6 +243,7 @@ def _mesh_candidates(config, inst: Instance, nodes: int) -> list[MeshCandidate]:
 
 def _planned(config, cand: MeshCandidate, workload: str, mem_kwargs: dict, mode: str,
              budget: int, headroom: float) -> MeshCandidate:
+    """The candidate with its memory plan and whether it fits (a rejected one as it is)."""
     if cand.rejected:
         return cand
     plan = plan_memory(config, cand.tp_size, cand.fsdp_size, workload=workload,
@@ -315,6 +318,7 @@ _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 
 def _head_ok_tps(config, inst: Instance) -> list[int]:
+    """The TP sizes within one host that the model's heads divide by."""
     d = model_spec(config).dims
     return [tp for tp in divisors(inst.cores_per_host) if not tp_problem(d, tp)]
 
@@ -327,6 +331,7 @@ def _scales_with_nodes(config, inst: Instance, workload: str, headroom: float, m
 
 
 def _more_nodes(config, inst, start, workload, headroom, mem_kwargs, modes):
+    """``(nodes, choice)`` for the fewest nodes above ``start`` that fit, or None."""
     if not _scales_with_nodes(config, inst, workload, headroom, mem_kwargs, modes[-1]):
         return None
     for n in (c for c in _NODE_COUNTS if c > start):
@@ -356,6 +361,7 @@ def _largest_batch(config, inst, nodes, workload, headroom, mem_kwargs, modes, u
 
 
 def _say(hit: _Choice, workload: str) -> str:
+    """A found layout in a few words: mesh, checkpointing, GiB per core."""
     c = hit.candidate
     mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.mesh
     ckpt = f", {checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if workload == "train" else ""
@@ -363,6 +369,7 @@ def _say(hit: _Choice, workload: str) -> str:
 
 
 def _checkpointing_flag(mode: str) -> str:
+    """The command-line option that sets a checkpointing mode."""
     return f"--checkpointing {mode}"
 
 
@@ -459,6 +466,7 @@ AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": DEFAULT_INSTANCE, "
 
 
 def _tried_text(tried: list, chosen: dict, workload: str = "train") -> str:
+    """The meshes tried before the chosen one and their bytes, grouped by checkpointing."""
     failed = [t for t in tried if not t["fits"] and t is not chosen]
     if not failed:
         return ""
@@ -691,19 +699,18 @@ def resolve_config(model=None):
 
 
 #: Old ``trnlab.planning`` names and where each lives now: ``trnlab.planning.X`` still works, with a
-#: FutureWarning saying where to import it from.
+#: FutureWarning saying where to import it from. The names planning imports itself (``plan_memory``,
+#: ``PlanError``, ``GiB``, ...) are plain attributes of it, as every import is; their home is the
+#: module whose ``__all__`` lists them.
 __getattr__ = moved_names("trnlab.planning", {
-    **dict.fromkeys(("INSTANCES", "UNSUPPORTED_INSTANCES", "Instance", "InstanceError", "PlanError", "GiB",
-                     "get_instance", "LNC_URL", "TORCHNEURON_QUICKSTART_URL", "TRAINIUM2_URL", "TRAINIUM3_URL",
-                     "TRN2_ARCH_URL", "TRN3_ARCH_URL"), "trnlab.instances"),
+    **dict.fromkeys(("UNSUPPORTED_INSTANCES", "InstanceError", "LNC_URL", "TORCHNEURON_QUICKSTART_URL",
+                     "TRAINIUM2_URL", "TRAINIUM3_URL", "TRN2_ARCH_URL", "TRN3_ARCH_URL"), "trnlab.instances"),
     **dict.fromkeys(("SHIPPED_MODELS", "CONFIG_DIR"), "trnlab.models"),
-    **dict.fromkeys(("REQUIRED_FIELDS", "TensorShard", "config_and_label", "parameter_shards"), "trnlab.sharding"),
-    **dict.fromkeys(("MemoryPlan", "plan_memory", "parameter_bytes", "gradient_bytes", "optimizer_bytes",
-                     "fsdp_buffer_bytes", "train_activation_bytes", "inference_activation_bytes", "kv_cache_bytes",
-                     "CHECKPOINTING", "checkpointing_mode", "checkpointed_layers", "recompute_fraction",
-                     "BACKWARD_PER_FORWARD", "DTYPE_BYTES", "COMPONENTS", "COMPONENT_LABELS",
-                     "TRAIN_ACTIVATION_FORMULA", "INFERENCE_ACTIVATION_FORMULA", "SELECTIVE_ACTIVATION_FORMULA",
-                     "ACTIVATION_FORMULA"), "trnlab.memory_model"),
+    **dict.fromkeys(("REQUIRED_FIELDS", "TensorShard", "parameter_shards"), "trnlab.sharding"),
+    **dict.fromkeys(("parameter_bytes", "gradient_bytes", "optimizer_bytes", "fsdp_buffer_bytes",
+                     "train_activation_bytes", "inference_activation_bytes", "kv_cache_bytes", "BACKWARD_PER_FORWARD",
+                     "DTYPE_BYTES", "COMPONENT_LABELS", "TRAIN_ACTIVATION_FORMULA", "INFERENCE_ACTIVATION_FORMULA",
+                     "SELECTIVE_ACTIVATION_FORMULA", "ACTIVATION_FORMULA"), "trnlab.memory_model"),
     "format_plan": "trnlab.tables",
     "plot_memory_plan": "trnlab.plots",
     "main": ("trnlab.cli.plan", "`python -m trnlab plan ...` or `trnlab.cli.plan.main(argv)`"),

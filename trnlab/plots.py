@@ -2,8 +2,8 @@
 
 They take plain rows (lists of dicts), e.g. :meth:`trnlab.CompileTracker.table`,
 :meth:`trnlab.bench.WorkloadResult.table`, :meth:`trnlab.TrainingRecorder.summary` or the
-rank reports of notebook 05, so they work with any code that makes such rows. matplotlib is
-imported inside each function, so importing trnlab stays light.
+rank reports of notebook 05, so they work with any code that makes such rows, or a plan.
+matplotlib is imported inside each function: it is needed only to draw.
 
 * compiling (notebook 03): :func:`plot_compile_growth`, :func:`plot_padding_waste`,
   :func:`plot_buckets`, :func:`plot_generation_comparison`;

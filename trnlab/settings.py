@@ -30,6 +30,8 @@ import contextlib
 import os
 from dataclasses import dataclass
 
+from trnlab.deprecation import renamed_keywords
+
 __all__ = [
     "CPU_THREADS_ENV_VAR", "DEFAULT_INSTANCE", "DEVICE_CHOICES", "DEVICE_ENV_VAR", "DTYPE_CHOICES", "DTYPE_ENV_VAR",
     "MODEL_ENV_VAR", "SettingError", "Settings", "check_cpu_threads", "check_device_name", "check_dtype_name",
@@ -242,17 +244,16 @@ def progress_bars(enabled: bool):
         (logging.enable_progress_bar if was else logging.disable_progress_bar)()
 
 
-_progress_bars = progress_bars  # quiet_transformers' keyword of the same name hides the function there
-
-
+@renamed_keywords(progress_bars="hide_progress_bars")
 @contextlib.contextmanager
-def quiet_transformers(*, logs: bool = True, progress_bars: bool = False):
+def quiet_transformers(*, logs: bool = True, hide_progress_bars: bool = False):
     """Inside the block, Transformers logs errors only (``logs``) and draws no progress bars
-    (``progress_bars``); both are restored after.
+    (``hide_progress_bars``); both are restored after.
 
     The course uses it where Transformers' output would mislead or clutter: ``TrainingArguments``
     warns "the speedups for torchdynamo mostly come with GPU Ampere" on any machine without a GPU,
     Trainium included, and a simulation loading the bundled model needs no loading bar.
+    (``hide_progress_bars`` was ``progress_bars`` until trnlab 0.2: the old name still works, with a warning.)
     """
     from transformers.utils import logging
 
@@ -260,7 +261,7 @@ def quiet_transformers(*, logs: bool = True, progress_bars: bool = False):
     if logs:
         logging.set_verbosity_error()
     try:
-        with _progress_bars(False) if progress_bars else contextlib.nullcontext():
+        with progress_bars(False) if hide_progress_bars else contextlib.nullcontext():
             yield
     finally:
         if logs:

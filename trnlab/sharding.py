@@ -43,6 +43,7 @@ _NEEDS = (f": the planner needs {', '.join(REQUIRED_FIELDS + ('model_type',))} (
 
 
 def _check_fields(config, where: str):
+    """The config, if it has every field the planner reads; else a PlanError naming the missing ones."""
     missing = [f for f in REQUIRED_FIELDS if getattr(text_config(config), f, None) is None]
     if missing:
         raise PlanError(f"{where} lacks {', '.join(missing)}")
@@ -95,6 +96,7 @@ _REPLICATED = {"replicated_with_grad_allreduce", "replicate", "all_reduce", "seq
 
 
 def _tp_split_dim(style: str | None, param_name: str, ndim: int) -> int | None:
+    """The dim a TP style splits a weight along (None: replicated); an unknown style is a PlanError."""
     if style is None or style in _REPLICATED:
         return None
     if style in _COLWISE:
@@ -110,19 +112,19 @@ def _tp_split_dim(style: str | None, param_name: str, ndim: int) -> int | None:
 
 
 def _generic(name: str) -> str:
+    """A parameter name with its layer numbers as ``*``, the way TP plans name them."""
     # Transformers' replace_layer_number_by_wildcard: "layers.3.mlp" -> "layers.*.mlp".
     return re.sub(r"\.\d+(\.|$)", lambda m: ".*" + m.group(1), name)
 
 
 def _style_of(param_name: str, plan: dict) -> str | None:
+    """The TP style the model's plan gives a parameter, or None."""
     # Transformers' _get_parameter_plan: the parameter's own rule, else its module's.
     generic = _generic(param_name)
     if generic in plan:
         return plan[generic]
     module = generic.rsplit(".", 1)[0] if "." in generic else None
     return plan.get(module) if module else None
-
-
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,7 @@ class ModelSpec:
 
 @lru_cache(maxsize=32)
 def _spec_from_json(config_json: str, model_type: str) -> ModelSpec:
+    """Build the model on the meta device from its config values and read its :class:`ModelSpec` (cached)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -277,7 +277,7 @@ class reporting_device(ReportingDevice):
 def _bundled_model(device_map=None):
     from transformers import AutoModelForCausalLM
 
-    with quiet_transformers(logs=False, progress_bars=True):
+    with quiet_transformers(logs=False, hide_progress_bars=True):
         kwargs = {} if device_map is None else {"device_map": device_map}
         return AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, dtype=torch.float32, **kwargs).eval()
 

@@ -1,6 +1,7 @@
 """Every text table of the course: results as aligned columns, for printing in a cell or a terminal.
 
-They take plain rows like the plots do (:mod:`trnlab.plots`, which re-exports them):
+They take plain rows like the plots do (:mod:`trnlab.plots` re-exports the training and sharding ones),
+or a plan; this module imports nothing of trnlab or torch, so printing a table stays light:
 
 * training (notebook 04, ``python -m trnlab bench train``): :func:`format_table` (summary dicts,
   one row per strategy), :func:`format_steps` (a recorder's steps); both built on :func:`text_table`;
@@ -10,10 +11,11 @@ They take plain rows like the plots do (:mod:`trnlab.plots`, which re-exports th
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from trnlab.memory_model import MemoryPlan
-from trnlab.planning import MeshPlan
+if TYPE_CHECKING:  # annotations only: a plan is told apart by its fields
+    from trnlab.memory_model import MemoryPlan
+    from trnlab.planning import MeshPlan
 
 __all__ = ["format_plan", "format_steps", "format_table", "memory_table", "placement_table", "text_table"]
 
@@ -84,15 +86,16 @@ def placement_table(ranks: list[dict], names: list[str]) -> str:
     return "\n".join(lines)
 
 
-def format_plan(plan, *, shards: bool = False) -> str:
+def format_plan(plan: MeshPlan | MemoryPlan, *, shards: bool = False) -> str:
     """A plan as text: a mesh plan's every mesh and recommendation, or a memory plan's components.
 
     A :class:`~trnlab.planning.MeshPlan` gives its summary, every mesh and the recommended mesh's
-    components; a :class:`~trnlab.memory_model.MemoryPlan` its summary and components. ``shards=True`` adds one line per tensor.
+    components; a :class:`~trnlab.memory_model.MemoryPlan` its summary and components.
+    ``shards=True`` adds one line per tensor.
 
     Printed by ``python -m trnlab plan`` and ``python -m trnlab launch --dry-run``; notebook 06.
     """
-    if isinstance(plan, MeshPlan):
+    if hasattr(plan, "candidates") and hasattr(plan, "recommended"):   # a MeshPlan
         parts = [plan.describe(), "", plan.table()]
         if plan.recommended is not None:
             parts += ["", f"recommended mesh, per rank: {plan.recommended.plan.describe()}",
@@ -100,7 +103,7 @@ def format_plan(plan, *, shards: bool = False) -> str:
             memory = plan.recommended.plan
         else:
             memory = None
-    elif isinstance(plan, MemoryPlan):
+    elif hasattr(plan, "components") and hasattr(plan, "shards"):     # a MemoryPlan
         parts = [plan.describe(), plan.table()]
         memory = plan
     else:
