@@ -23,8 +23,7 @@ MODULES = {".".join(("trnlab", *p.relative_to(PACKAGE).with_suffix("").parts)).r
 #: Modules that look names up by a string: the lazy top level, the command table, moved names.
 NAME_LOOKUPS = {"trnlab", "trnlab.__main__", "trnlab.deprecation"}
 #: Deprecated names whose new module imports the old one: the only edges allowed to close a cycle.
-DEPRECATED_EDGES = {("trnlab.planning", "trnlab.plots"),
-                    ("trnlab.planning", "trnlab.cli.plan"), ("trnlab.launcher", "trnlab.cli.launch"),
+DEPRECATED_EDGES = {("trnlab.planning", "trnlab.cli.plan"), ("trnlab.launcher", "trnlab.cli.launch"),
                     ("trnlab.generation", "trnlab.bench")}
 #: How many moved names each module serves (so a table that vanishes is noticed).
 MOVED_COUNTS = {"trnlab.planning": 30, "trnlab.generation": 10, "trnlab.training": 1, "trnlab.launcher": 1}

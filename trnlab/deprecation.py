@@ -55,7 +55,7 @@ def moved_names(module: str, moved: dict):
     ``None`` skips the warning (a renamed function that warns when called). The new module is
     imported when an old name is first used: a lazy import, kept for deprecated names only and
     removed with them in trnlab 0.3. Where it points back at a module that imports ``module``
-    (planning's old ``plot_memory_plan`` now in plots, which imports planning), ``tests/test_imports.py``
+    (planning's old ``main``, now the ``plan`` command's, which imports planning), ``tests/test_imports.py``
     lists the edge, so no such cycle appears unannounced.
     """
     def __getattr__(name: str):

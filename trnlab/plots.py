@@ -21,7 +21,6 @@ from typing import Iterable, Mapping, Sequence
 
 from trnlab.instances import GiB, PlanError
 from trnlab.memory_model import COMPONENT_LABELS, COMPONENTS, MemoryPlan
-from trnlab.planning import MeshPlan
 # The text tables moved to trnlab.tables; these names keep working from here (notebooks use plots.format_*).
 from trnlab.tables import format_steps, format_table, memory_table, placement_table, text_table  # noqa: F401
 
@@ -262,14 +261,14 @@ def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None
 def plot_memory_plan(plans, budget: int | None = None, ax=None, title: str | None = None):
     """Stacked bars of bytes per rank by component, one bar per mesh; returns the figure.
 
-    ``plans``: a :class:`~trnlab.planning.MeshPlan` (every valid mesh; the HBM per core and the usable budget
-    are drawn as lines), a dict ``{label: MemoryPlan}``, or a list of MemoryPlans. ``budget``:
+    ``plans``: a :class:`~trnlab.planning.MeshPlan` (every valid mesh; the HBM per core and the usable
+    budget are drawn as lines), a dict ``{label: MemoryPlan}``, or a list of MemoryPlans. ``budget``:
     bytes per core to draw when ``plans`` is not a MeshPlan. Notebook 06.
     """
     import matplotlib.pyplot as plt
 
     hbm = None
-    if isinstance(plans, MeshPlan):
+    if hasattr(plans, "candidates") and hasattr(plans, "instance"):   # a MeshPlan (planning imports this module)
         mesh_plan = plans
         hbm, budget = mesh_plan.instance.hbm_per_core, budget or mesh_plan.budget
         title = title or f"{mesh_plan.model}, {mesh_plan.workload} on {mesh_plan.instance.name}"
