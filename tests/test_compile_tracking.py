@@ -128,6 +128,7 @@ def test_a_tracker_entered_again_measures_only_its_new_block():
         for n in (3, 4, 3):
             with tracker.call(f"n={n}"):
                 f(torch.ones(n))
+        assert tracker.graphs == 2  # read inside the block: the first block's end counts are gone
     assert tracker.graphs == 2
     assert [c.label for c in tracker.calls] == ["n=3", "n=4", "n=3"] and [c.new_graphs for c in tracker.calls] == [1, 1, 0]
 

@@ -526,3 +526,10 @@ def test_dry_run_on_a_simulated_trn2_adds_rank_cores_only_for_a_subset(fake_neur
     assert main(["launch", "--dry-run", "train.py"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
         "torchrun --standalone --nproc-per-node=3 -m trnlab.rank_cores 1-3 train.py")
+
+
+def test_an_empty_core_list_is_refused_with_what_to_give():
+    # It used to end in a bare "max() arg is an empty sequence".
+    with pytest.raises(LaunchConfigError, match=r"neuron_cores=\[\] names no core: list the cores .* or leave "
+                                                r"neuron_cores out"):
+        tl.slurm_script("train.py", nnodes=2, neuron_cores=[])

@@ -293,7 +293,8 @@ class CompileTracker:
         if self._state == "open":
             raise RuntimeError("this CompileTracker is already inside its with block: nested in itself it "
                                "would miscount. Use a second CompileTracker() for the inner block")
-        self.calls = []  # a new measurement: nothing from an earlier block
+        self.calls = []  # a new measurement: nothing from an earlier block, its end counts included
+        self._end, self._end_limit_hits = None, None
         self._start_graphs, self._start_seconds = graphs_compiled(), compile_seconds()
         self._start_neuron = len(neuron_graph_metrics() or [])
         self._start_limit_hits = recompile_limit_hits()

@@ -63,8 +63,7 @@ def moved_names(module: str, moved: dict):
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         target, write = moved[name] if isinstance(moved[name], tuple) else (moved[name], _new_path(moved[name], name))
         if write is not None:
-            warnings.warn(f"{module}.{name} is deprecated and will be removed in {REMOVED_IN}: write {write} instead",
-                          FutureWarning, stacklevel=2)
+            warn_deprecated(f"{module.removeprefix('trnlab.')}.{name}", write)
         return getattr(importlib.import_module(target), name)
 
     __getattr__.moved = dict(moved)   # for the test that every old name still resolves

@@ -25,7 +25,7 @@ import torch
 
 from trnlab import __version__
 from trnlab.rank_cores import VISIBLE_CORES_VAR, visible_cores_setting
-from trnlab.settings import check_dtype_name, read_settings
+from trnlab.settings import DEVICE_CHOICES, check_dtype_name, read_settings
 
 __all__ = ["BACKENDS", "NEURON_ENV_VARS", "NEFF_CACHE_VAR", "DEFAULT_NEFF_CACHE", "INSTALL_HINTS",
            "AUTO_ON_NEURON_WARNING", "DeviceNotAvailableError", "neuron_module", "current_accelerator",
@@ -35,7 +35,7 @@ __all__ = ["BACKENDS", "NEURON_ENV_VARS", "NEFF_CACHE_VAR", "DEFAULT_NEFF_CACHE"
            "accelerator_memory", "format_accelerator_memory", "RELEASE_CORES_HINT", "core_holders_notice"]
 
 #: Device types trnlab knows, in the order :func:`detect_backend` tries them.
-BACKENDS = ("neuron", "cuda", "cpu")
+BACKENDS = DEVICE_CHOICES
 
 #: Neuron runtime and compiler variables that change what a process sees or builds.
 NEURON_ENV_VARS = (VISIBLE_CORES_VAR, "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")

@@ -28,7 +28,9 @@ from pathlib import Path
 import torch
 
 from trnlab import compat, models
-from trnlab.settings import quiet_transformers
+from trnlab.deprecation import warn_deprecated
+from trnlab.rank_cores import format_core_list
+from trnlab.settings import progress_bars
 
 __all__ = ["quiet_rank_output", "pad_vocabulary", "mesh_position", "parameter_placements", "rank_report",
            "global_batches", "shard_of_batch", "build_trainer", "TrainingRun", "train_single_process",
@@ -49,7 +51,6 @@ def quiet_rank_output() -> None:
     the logits; nothing here modifies them in place).
     """
     import logging
-    import warnings
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from transformers.utils import logging as hf_logging
@@ -111,7 +112,7 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
     padded = model.config.vocab_size
     if padded < vocab or padded % multiple:  # resize rounds up; a change there must not cut rows
         raise RuntimeError(f"resize_token_embeddings gave {padded} rows for {vocab} and multiple={multiple}")
-    with quiet_transformers(logs=False, hide_progress_bars=True):
+    with progress_bars(False):
         model.save_pretrained(output_dir)
     models.load_tokenizer(name).save_pretrained(output_dir)
     saved = models.load_config(output_dir).vocab_size  # save_pretrained only logs its errors: read back
@@ -121,11 +122,6 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
     return str(output_dir)
 
 
-def _deprecated(old: str, write: str) -> None:
-    warnings.warn(f"trnlab.distributed.{old} is deprecated and will be removed in trnlab 0.3: write {write} instead",
-                  FutureWarning, stacklevel=3)
-
-
 def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_SIZE,
                        dtype: torch.dtype = torch.float32):
     """Deprecated: write ``AutoModelForCausalLM.from_pretrained(..., distributed_config=...)`` (claim 10).
@@ -133,7 +129,7 @@ def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_
     Loads ``name`` sharded over a ``tp_size x fsdp_size`` mesh (call in every rank) and returns
     it in train mode, as ``trnlab/scripts/train_sharded.py`` now does with the page's call.
     """
-    _deprecated("load_sharded_model", "AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, "
+    warn_deprecated("distributed.load_sharded_model", "AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, "
                 "distributed_config=DistributedConfig(tp_size=2, fsdp_size=2)) (from transformers import "
                 "AutoModelForCausalLM, DistributedConfig; see trnlab/scripts/train_sharded.py)")
     from transformers import DistributedConfig
@@ -170,14 +166,7 @@ def mesh_position(model) -> dict:
 
 def _index_ranges(indices: list[int]) -> str:
     """[0, 1, 2, 5, 6] -> '0-2,5-6': which rows or columns of the full weight a rank holds."""
-    if not indices:
-        return "-"
-    ranges, first = [], indices[0]
-    for previous, current in zip(indices, indices[1:] + [None]):
-        if current != previous + 1:
-            ranges.append(f"{first}-{previous}" if previous != first else f"{first}")
-            first = current
-    return ",".join(ranges)
+    return format_core_list(indices) or "-"
 
 
 def _chunk(indices: list[int], parts: int, which: int) -> list[int]:
@@ -331,7 +320,7 @@ def train_sharded(model, dataset: list[dict], *, steps: int, batch_size: int,
     model (MULTI_CPU), again inside :func:`trnlab.compat.cpu_mesh_as_multi_device`; trains;
     returns a :class:`TrainingRun`. ``trnlab/scripts/train_sharded.py`` now writes this out.
     """
-    _deprecated("train_sharded", "Trainer(model=model, args=TrainingArguments(...), train_dataset=dataset).train(), "
+    warn_deprecated("distributed.train_sharded", "Trainer(model=model, args=TrainingArguments(...), train_dataset=dataset).train(), "
                 "building the Trainer inside trnlab.compat.cpu_mesh_as_multi_device() when Accelerate refuses a "
                 "CPU mesh (see trnlab/scripts/train_sharded.py)")
     position = mesh_position(model)

@@ -18,8 +18,8 @@ import importlib.metadata
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from trnlab.device import (DeviceNotAvailableError, DeviceReport, device_report, format_core_holders,
-                           neuron_core_holders, pick_device)
+from trnlab.device import (RELEASE_CORES_HINT, DeviceNotAvailableError, DeviceReport, device_report,
+                           format_core_holders, neuron_core_holders, pick_device)
 from trnlab.models import BUNDLED_MODEL_DIR, MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
 from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_setting, setting_problems
 
@@ -114,9 +114,7 @@ def _cores_check(report: DeviceReport) -> Check | None:
     holders = neuron_core_holders(report.neuron_ls, ignore_pids=(os.getpid(), os.getppid()))
     if not holders:
         return Check("neuron cores", True, "no other process holds a NeuronCore")
-    return Check("neuron cores", False, f"held by {format_core_holders(holders)}: a process, a notebook kernel too, keeps every "
-                 "NeuronCore it sees until it exits. Shut down that kernel (or `kill` it), or give each "
-                 "process its own cores with NEURON_RT_VISIBLE_CORES (e.g. 0-3)")
+    return Check("neuron cores", False, f"held by {format_core_holders(holders)}: {RELEASE_CORES_HINT}")
 
 
 def run_checks(report: DeviceReport) -> list[Check]:

@@ -38,10 +38,9 @@ import os
 import shlex
 import sys
 import uuid
-import warnings
 from dataclasses import dataclass, field
 
-from trnlab.deprecation import moved_names
+from trnlab.deprecation import moved_names, warn_deprecated
 from trnlab.device import backend_available, detect_backend, device_count
 from trnlab.instances import PlanError, get_instance
 from trnlab.mesh import LaunchConfigError, checked_config, mesh_sizes as _mesh_sizes, validate_parallel_sizes
@@ -84,8 +83,7 @@ def model_config_of(model=None):
     course's model), as :func:`validate_parallel_sizes` checks a mesh against it; a model with
     no config to be found raises :class:`LaunchConfigError` saying where it looked.
     """
-    warnings.warn("trnlab.launcher.model_config_of is deprecated and will be removed in trnlab 0.3: write "
-                  "`trnlab.load_config(model)` (trnlab.models.load_config) instead", FutureWarning, stacklevel=2)
+    warn_deprecated("launcher.model_config_of", "`trnlab.load_config(model)` (trnlab.models.load_config)")
     return checked_config(model)
 
 
@@ -312,6 +310,9 @@ def _node_processes(instance: str, nproc_per_node: int | None, neuron_cores) -> 
     if neuron_cores is not None:
         cores = (parse_neuron_cores(neuron_cores, "neuron_cores") if isinstance(neuron_cores, str)
                  else rank_neuron_cores(len(list(neuron_cores)), list(neuron_cores)))
+        if not cores:
+            raise LaunchConfigError(f"neuron_cores={neuron_cores!r} names no core: list the cores each node's ranks "
+                                    "use (e.g. [0, 1] or '0-1'), or leave neuron_cores out for all of a node's cores")
         if max(cores) >= cores_per_node:
             raise LaunchConfigError(f"neuron_cores={neuron_cores!r} names core {max(cores)}, but a {instance} "
                                     f"node has cores 0-{cores_per_node - 1}")

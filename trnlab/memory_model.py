@@ -115,12 +115,12 @@ def checkpointed_layers(layers: int, mode: str, every: int = 2) -> int:
     return 0 if mode == "none" else layers if mode == "full" else layers // every
 
 
-def _forward_flops_per_token(d: dict, seq: int, tp: int = 1) -> tuple[float, float]:
+def _forward_flops_per_token(d: dict, seq: int) -> tuple[float, float]:
     """(one layer, the loss head) forward FLOPs per token: the weight matmuls (2 FLOPs per weight),
-    causal attention (QK^T and AV over seq/2 keys on average); split by tp."""
+    causal attention (QK^T and AV over seq/2 keys on average)."""
     h, q, kv, i = d["hidden"], d["q_dim"], d["kv_dim"], d["intermediate"]
     layer = 2 * (h * (q + 2 * kv) + q * h + 3 * h * i) + 2 * 2 * q * seq / 2
-    return layer / tp, 2 * h * d["vocab"] / tp
+    return layer, 2 * h * d["vocab"]
 
 
 #: The usual estimate: a backward costs about twice its forward (2N forward and 4N backward FLOPs

@@ -22,7 +22,7 @@ __all__ = ["CONFIG_FILE", "WEIGHT_PATTERNS", "TOKENIZER_FILES", "ModelNotAvailab
            "is_bundled", "hub_reachable", "missing_model_files", "model_source", "explained_load_errors",
            "CONFIG_DIR", "SHIPPED_MODELS", "NOT_CONFIG_SUFFIXES", "ConfigError", "text_config",
            "config_from_dict", "shipped_config", "read_config_file", "load_config", "load_tokenizer",
-           "load_model", "parameter_count"]
+           "is_config", "load_model", "parameter_count"]
 # progress_bars lives in trnlab.settings (load_model uses it); the old ``from trnlab.models import
 # progress_bars`` still works, as it is imported here.
 
@@ -189,7 +189,8 @@ def text_config(config):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _is_config(value) -> bool:
+def is_config(value) -> bool:
+    """Whether ``value`` is a Transformers config (it has ``to_dict`` and ``model_type``)."""
     return hasattr(value, "to_dict") and hasattr(value, "model_type")
 
 
@@ -266,9 +267,9 @@ def load_config(name=None, **kwargs):
     """
     from transformers import AutoConfig
 
-    if _is_config(name):
+    if is_config(name):
         return name
-    if _is_config(getattr(name, "config", None)):
+    if is_config(getattr(name, "config", None)):
         return name.config
     if isinstance(name, dict):
         return config_from_dict(dict(name))

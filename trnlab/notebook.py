@@ -66,8 +66,9 @@ def run_summary() -> str:
              "as the course's); a warm NEFF cache (TORCH_NEURONX_NEFF_CACHE_DIR) lets a re-run skip them"]
     metrics = neuron_graph_metrics()
     if metrics is not None:
-        since = ("since setup()" if len(metrics) >= _run["neffs"] else
-                 "since torch.neuron.reset_dynamo_metrics() was last called")
-        neffs = len(metrics) - _run["neffs"] if len(metrics) >= _run["neffs"] else len(metrics)
+        if len(metrics) >= _run["neffs"]:
+            since, neffs = "since setup()", len(metrics) - _run["neffs"]
+        else:   # reset since setup(): count what is there
+            since, neffs = "since torch.neuron.reset_dynamo_metrics() was last called", len(metrics)
         lines.append(f"torch.neuron.get_dynamo_metrics(): {neffs} NEFF(s) compiled {since}")
     return "\n".join(lines)

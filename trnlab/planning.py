@@ -29,7 +29,7 @@ from trnlab.instances import INSTANCES, GiB, Instance, PlanError, get_instance
 from trnlab.memory_model import (CHECKPOINTING, COMPONENT_SHORT_LABELS, COMPONENTS, MemoryPlan, checkpointed_layers,
                                  checkpointing_label, checkpointing_mode, dtype_name, every_nth_layer, plan_memory,
                                  recompute_fraction, workload_name)
-from trnlab.mesh import LaunchConfigError, divisors, validate_parallel_sizes
+from trnlab.mesh import LaunchConfigError, divisors, tp_dimensions, tp_sizes_that_fit, validate_parallel_sizes
 from trnlab.settings import DEFAULT_INSTANCE
 from trnlab.sharding import config_and_label, model_spec, tp_problem
 
@@ -190,7 +190,7 @@ def _given_mesh(config, inst: Instance, nodes: int, tp_size: int | None, fsdp_si
     _whole("fsdp_size", fsdp_size)
     world, where = inst.logical_cores * nodes, _where(inst, nodes)
     d = model_spec(config).dims
-    ok_tps = [t for t in divisors(world) if not tp_problem(d, t)]
+    ok_tps = tp_sizes_that_fit(tp_dimensions(config), world)
     if tp_size is not None and tp_problem(d, tp_size):
         if world % tp_size == 0 and fsdp_size in (None, world // tp_size):
             try:   # the launcher's own message, as `launch` would print it
@@ -319,8 +319,7 @@ _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 def _head_ok_tps(config, inst: Instance) -> list[int]:
     """The TP sizes within one host that the model's heads divide by."""
-    d = model_spec(config).dims
-    return [tp for tp in divisors(inst.cores_per_host) if not tp_problem(d, tp)]
+    return tp_sizes_that_fit(tp_dimensions(config), inst.cores_per_host)
 
 
 def _scales_with_nodes(config, inst: Instance, workload: str, headroom: float, mem_kwargs: dict, mode: str) -> bool:
@@ -624,11 +623,9 @@ def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference
                       headroom) for c in cands]
     if choice is None:
         raise _no_fit_error(config, inst, nodes, workload_key, headroom, mem_kwargs, modes, given, cands, label)
-    best = next((c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) ==
-                 (choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas)), None)
-    if best is None:
-        cands.append(choice.candidate)
-        best = choice.candidate
+    # The listed row of the chosen mesh (MeshPlan.table marks the recommended row by identity).
+    best = next(c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) ==
+                (choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas))
     choice.candidate = best
     budget = int(inst.hbm_per_core * (1 - headroom))
     reason = _reason(choice, config, inst, nodes, budget, workload_key, label, auto=len(modes) > 1)

@@ -58,15 +58,13 @@ from pathlib import Path
 import pytest
 from nbval.plugin import IPyNbFile, find_comment_markers, find_metadata_tags
 
-from trnlab.settings import environment
+from trnlab.settings import MODEL_ENV_VAR, environment
 
 __all__ = ["BUNDLED_MODEL_TAG", "SANITIZE_PATTERNS", "NotebookRulesError", "cell_options", "course_patterns",
            "machine_path_patterns", "notebook_problems", "other_model", "parse_notebook_env", "sanitize"]
 
 #: The course's bundled model (``trnlab/assets/tiny-qwen3``), found without importing torch.
 BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "tiny-qwen3"
-#: The variable that switches the course to another model.
-MODEL_ENV_VAR = "TRNLAB_MODEL"
 #: The cell tag of checked cells whose output belongs to the bundled model.
 BUNDLED_MODEL_TAG = "bundled-model"
 

@@ -51,7 +51,7 @@ CPU_THREADS_ENV_VAR = "TRNLAB_CPU_THREADS"
 #: The values ``TRNLAB_DTYPE`` (and every ``dtype=`` argument given as a string) accepts.
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
-#: The device types ``TRNLAB_DEVICE`` names, besides ``auto`` (``trnlab.device.BACKENDS`` agrees).
+#: The device types ``TRNLAB_DEVICE`` names, besides ``auto`` (``trnlab.device.BACKENDS`` is this tuple).
 DEVICE_CHOICES = ("neuron", "cuda", "cpu")
 
 #: The instance a real run is planned and launched for when none is named (notebook 06).

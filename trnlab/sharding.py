@@ -22,7 +22,7 @@ from pathlib import Path
 
 from trnlab.instances import PlanError
 from trnlab.mesh import tp_misfits, tp_sizes_that_fit
-from trnlab.models import (SHIPPED_MODELS, config_from_dict, load_config, model_name, read_config_file,
+from trnlab.models import (SHIPPED_MODELS, config_from_dict, is_config, load_config, model_name, read_config_file,
                            shipped_config, text_config)
 
 __all__ = ["REQUIRED_FIELDS", "ModelSpec", "TensorShard", "config_and_label", "model_spec", "parameter_shards",
@@ -58,7 +58,7 @@ def config_and_label(model=None) -> tuple:
     a folder or config JSON file, a hub name, or ``None`` (``$TRNLAB_MODEL`` or the bundled model).
     A config missing a needed field raises :class:`PlanError` naming it.
     """
-    if hasattr(model, "to_dict") and hasattr(model, "model_type"):
+    if is_config(model):
         config = _check_fields(model, f"config {type(model).__name__}")
         return config, str(getattr(model, "name_or_path", "") or model.model_type)
     if isinstance(model, dict):
@@ -138,7 +138,6 @@ class ModelSpec:
 
     params: tuple
     keep_full: frozenset
-    tied: bool
     dims: dict
 
     @property
@@ -189,12 +188,11 @@ def _spec_from_json(config_json: str, model_type: str) -> ModelSpec:
         keep |= {n for n, p in model.named_parameters() if id(p) in ids}
     heads, kv_heads = text.num_attention_heads, text.num_key_value_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    tied = bool(getattr(config, "tie_word_embeddings", getattr(text, "tie_word_embeddings", False)))
     dims = {"hidden": text.hidden_size, "intermediate": text.intermediate_size,
             "layers": text.num_hidden_layers, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
             "vocab": text.vocab_size, "q_dim": heads * head_dim, "kv_dim": kv_heads * head_dim,
             "max_position_embeddings": getattr(text, "max_position_embeddings", None), "has_tp_plan": bool(plan)}
-    return ModelSpec(tuple(params), frozenset(keep), tied, dims)
+    return ModelSpec(tuple(params), frozenset(keep), dims)
 
 
 def model_spec(config, tp_size: int = 1) -> ModelSpec:

@@ -45,7 +45,8 @@ import torch
 from trnlab import compat
 from trnlab.assets import BUNDLED_MODEL_DIR
 from trnlab.device import pick_device, resolve_device_map
-from trnlab.settings import quiet_transformers
+from trnlab.deprecation import warn_deprecated
+from trnlab.settings import progress_bars, quiet_transformers
 
 __all__ = [
     "CLAIMS",
@@ -269,15 +270,14 @@ class reporting_device(ReportingDevice):
     """Deprecated alias of :class:`ReportingDevice` (removed in trnlab 0.3)."""
 
     def __init__(self, model, device):
-        warnings.warn("trnlab.simulate.reporting_device is deprecated and will be removed in trnlab 0.3: "
-                      "write trnlab.simulate.ReportingDevice(model, device) instead", FutureWarning, stacklevel=2)
+        warn_deprecated("simulate.reporting_device", "trnlab.simulate.ReportingDevice(model, device)")
         super().__init__(model, device)
 
 
 def _bundled_model(device_map=None):
     from transformers import AutoModelForCausalLM
 
-    with quiet_transformers(logs=False, hide_progress_bars=True):
+    with progress_bars(False):
         kwargs = {} if device_map is None else {"device_map": device_map}
         return AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, dtype=torch.float32, **kwargs).eval()
 

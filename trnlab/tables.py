@@ -11,6 +11,7 @@ or a plan; this module imports nothing of trnlab or torch, so printing a table s
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:  # annotations only: a plan is told apart by its fields
@@ -55,20 +56,13 @@ def memory_table(ranks: list[dict]) -> str:
     full = ranks[0]["full_bytes"]
     lines = [f"{'rank':>4}  {'fsdp':>4}  {'tp':>2}  {'parameters':>10}  {'bytes':>10}  {'of 1 process':>12}"]
     for r in ranks:
-        count = sum(_numel(p["local_shape"]) for p in r["parameters"])
+        count = sum(math.prod(p["local_shape"]) for p in r["parameters"])
         lines.append(f"{r['rank']:>4}  {r['fsdp']:>4}  {r['tp']:>2}  {count:>10,}  {r['local_bytes']:>10,}  "
                      f"{r['local_bytes'] / full:>11.1%}")
     total = sum(r["local_bytes"] for r in ranks)
     lines.append(f"{'all':>4}  {'':>4}  {'':>2}  {'':>10}  {total:>10,}  {total / full:>11.1%}")
     lines.append(f"one process holds {full:,} bytes ({ranks[0]['full_bytes'] // 4:,} fp32 values)")
     return "\n".join(lines)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def placement_table(ranks: list[dict], names: list[str]) -> str:

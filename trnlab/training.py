@@ -202,7 +202,7 @@ def _build_trainer(model, args, train_dataset, data_collator, *, callbacks=(), s
         if isinstance(callback, TrainingRecorder):
             data_collator = callback.watch(data_collator)
     static = static_shapes and args.torch_compile
-    with environment(**({STATIC_SHAPES_ENV_VAR: "false"} if static else {})):
+    with static_shape_compiles() if static else contextlib.nullcontext():
         trainer = Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=data_collator,
                           callbacks=list(callbacks), **trainer_kwargs)
     if args.disable_tqdm and any(isinstance(c, TrainingRecorder) for c in callbacks):
