@@ -102,13 +102,14 @@ browser-deps: setup
 	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
 
 # One pytest session: unit tests, browser tests, every notebook as committed (with the course's
-# notebook rules, --trnlab-rules), every notebook once more with TRNLAB_DTYPE=bfloat16 (Trainium's
-# numerics) and once more with another small Qwen3 (OTHER_MODEL, built here in seconds: the checked
-# cells tagged bundled-model then run unchecked, every other one must still hold), spread over
-# TEST_WORKERS processes (pytest-xdist; one file or notebook run per worker at a time). On Trainium
-# the notebooks run one at a time: a kernel holds every NeuronCore it sees, so two would block each other.
+# notebook rules, --trnlab-rules), then every notebook once more as on a trn2 (--notebook-env): on the
+# stand-in neuron device (TRNLAB_NEURON_STANDIN=1; built with g++ on first use), in bfloat16, with
+# another small Qwen3 (OTHER_MODEL, built here in seconds: the checked cells tagged bundled-model
+# then run unchecked, every other one must still hold). Spread over TEST_WORKERS processes
+# (pytest-xdist; one file or notebook run per worker at a time). On Trainium the notebooks run one at
+# a time: a kernel holds every NeuronCore it sees, so two would block each other.
 # OMP_NUM_THREADS=1: with two test processes (and torchrun's ranks) on two cores, torch's second
-# CPU thread only waits for a busy core (measured here: 434 s -> 413 s for the whole session).
+# CPU thread only waits for a busy core.
 TEST_WORKERS ?= 2
 OTHER_MODEL := $(CURDIR)/build/other-qwen3
 test: setup browser-deps
@@ -116,9 +117,9 @@ test: setup browser-deps
 	if [ "$$($(BIN)/python -c 'import trnlab; print(trnlab.detect_backend())' 2>/dev/null)" = neuron ]; then \
 	  workers=0; echo "make test: Neuron device found: one test process, so notebooks never share NeuronCores"; \
 	fi; \
-	set -x; $(BIN)/python -m trnlab.assets build --other --overwrite --output "$(OTHER_MODEL)" && \
+	set -x; $(BIN)/python tools/build_model.py --other --overwrite --output "$(OTHER_MODEL)" && \
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax --trnlab-rules \
-	  -p no:cacheprovider --notebook-env TRNLAB_DTYPE=bfloat16 --notebook-env "TRNLAB_MODEL=$(OTHER_MODEL)" \
+	  -p no:cacheprovider --notebook-env "TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16 TRNLAB_MODEL=$(OTHER_MODEL)" \
 	  -n $$workers --dist loadfile --durations=15
 
 # Re-execute every notebook in place, so the committed outputs are true; copy each one's measured
@@ -131,7 +132,7 @@ notebooks: setup
 
 # Rebuild the bundled tiny Qwen3 model (a few minutes on 2 CPU cores).
 model: setup
-	$(BIN)/python -m trnlab.assets build
+	$(BIN)/python tools/build_model.py
 
 clean:
 	rm -rf $(VENV)

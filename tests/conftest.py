@@ -1,4 +1,4 @@
-"""Shared fixtures: the simulated Neuron device for the neuron branch, and the bundled model."""
+"""Shared fixtures: a fake Neuron device for the neuron branch, no accelerator, one torch thread."""
 
 from __future__ import annotations
 
@@ -7,23 +7,17 @@ import sys
 import pytest
 import torch
 
+from fake_neuron import FakeNeuronModule, fake_neuron as faked
 from trnlab.compat import clear_detection_caches, privateuse1_backend_name
-from trnlab.simulate import SimulatedNeuronModule, simulate_neuron
 
 
 @pytest.fixture
 def fake_neuron():
-    """Make this process look like a trn2 instance with 4 NeuronCores: trnlab's simulated device.
+    """A fake ``torch.neuron`` with 4 devices, a ``torch_neuronx``, CUDA hidden (tests/fake_neuron.py); set ``.cores``.
 
-    :func:`trnlab.simulate.simulate_neuron` registers a SIMULATED ``torch.neuron`` (and a stand-in
-    ``torch_neuronx``), hides CUDA and clears the libraries' cached answers, so trnlab,
-    Transformers and Accelerate all take their Neuron branches; it restores everything on exit,
-    except the backend rename PyTorch cannot undo (``torch.neuron`` then has no device). Yields
-    the simulated module; set ``.cores`` (or ``.count``) to change it. Deliberately not built on
-    ``monkeypatch``: a test's own monkeypatch is then undone before the simulation ends.
+    Not built on ``monkeypatch``: a test's own monkeypatch is then undone before the fake's restore.
     """
-    with simulate_neuron(cores=4, bf16=True, notice=False) as module:
-        sys.modules["torch_neuronx"].__version__ = "0.0.0+fake"  # what tests/test_device.py expects
+    with faked(cores=4, bf16=True) as module:
         yield module
 
 
@@ -33,8 +27,8 @@ def no_accelerator(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import fails like when absent
     saved = torch.__dict__.get("neuron")
-    if privateuse1_backend_name() == "neuron":  # renamed by a simulation earlier: keep a module
-        torch.neuron = SimulatedNeuronModule(cores=0)
+    if privateuse1_backend_name() == "neuron":  # renamed by a fake earlier: PyTorch needs a module
+        torch.neuron = FakeNeuronModule(cores=0)
     elif saved is not None:
         del torch.neuron
     clear_detection_caches()  # torch.accelerator caches the torch.neuron it saw last

@@ -27,7 +27,7 @@ def _resolve(dotted: str):
 @pytest.mark.parametrize("dotted", [
     "torch._dynamo.utils.counters", "torch._dynamo.utils.compilation_time_metrics", "torch._dynamo.reset",
     "torch._dynamo.config.recompile_limit", "torch._inductor.config.fx_graph_cache",
-    "torch._functorch.config.enable_autograd_cache", "transformers.trainer.DEFAULT_PROGRESS_CALLBACK",
+    "torch._functorch.config.enable_autograd_cache",
     "torch.distributed.tensor.placement_types._StridedShard", "torch._C._get_privateuse1_backend_name",
     "torch._register_device_module", "torch.get_device_module.cache_clear",
     *[f"{module}.{function}.cache_clear" for module, function in compat.CACHED_DETECTIONS],
@@ -89,13 +89,10 @@ def test_generate_reads_compile_all_devices():
 
 def test_trainer_internals(tmp_path):
     from transformers import Trainer, TrainingArguments
-    from transformers.utils.notebook import NotebookProgressCallback, NotebookTrainingTracker
 
     trainer = Trainer(model=torch.nn.Linear(2, 2), args=TrainingArguments(str(tmp_path), use_cpu=True,
                                                                             report_to="none"))
     assert hasattr(compat.trainer_dynamo_plugin(trainer), "backend")
-    assert "inner_table" in NotebookTrainingTracker(1).__dict__
-    assert issubclass(NotebookProgressCallback, object) and compat.notebook_progress_callback_class() is not None
 
 
 def test_accelerate_refusal_text_is_still_in_accelerate():
@@ -128,7 +125,7 @@ def test_no_other_trnlab_module_reaches_into_private_torch_or_transformers():
     # Code that reaches a private name: an attribute access or an import, not prose in a docstring.
     private = re.compile(r"torch\._(dynamo|C|inductor|functorch)\.\w+\(|\._compile_all_devices\b|"
                          r"\._previous_max_cache_length\b|\._device_mesh\b|import _StridedShard|"
-                         r"import DEFAULT_PROGRESS_CALLBACK|\.inner_table\b|\.state\.dynamo_plugin\b|"
+                         r"\.state\.dynamo_plugin\b|"
                          r"torch\._register_device_module\(|\._shared_state\b|\._valid_auto_compile_criteria\(|"
                          r"\._default_compile_config\(|get_device_module\.cache_clear\(|"
                          r"is_(torch_)?neuron_available\.cache_clear\(|is_torch_bf16_gpu_available\.cache_clear\(")
@@ -153,20 +150,55 @@ def test_cpu_mesh_shim_changes_only_the_multi_device_check_and_restores_it():
     assert Accelerator.__dict__["multi_device"] is original
 
 
-def test_torch_seeds_a_device_module_through_the_hook_simulate_defines():
+def test_torch_seeds_a_device_module_through_the_hook_the_standin_defines():
     import inspect
 
-    from trnlab.simulate import SimulatedNeuronModule
+    from fake_neuron import FakeNeuronModule
+    from trnlab.standin import StandInNeuronModule
 
     assert f"\"{compat.DEVICE_MODULE_BAD_FORK_HOOK}\"" in inspect.getsource(torch.random), (
-        "torch.manual_seed no longer asks a device module for its bad-fork hook: update compat and simulate")
-    assert callable(getattr(SimulatedNeuronModule(cores=1), compat.DEVICE_MODULE_BAD_FORK_HOOK))
+        "torch.manual_seed no longer asks a device module for its bad-fork hook: update compat and trnlab.standin")
+    for module in (StandInNeuronModule, FakeNeuronModule):
+        assert callable(getattr(module, compat.DEVICE_MODULE_BAD_FORK_HOOK)), module
 
 
-def test_simulate_internals_answer_as_simulate_expects():
+def test_device_module_internals_answer_as_the_standin_and_the_fake_expect():
     import accelerate.state  # noqa: F401  (the shared states exist once it is imported)
 
     states = compat.accelerate_shared_states()
     assert len(states) == 2 and all(isinstance(state, dict) for state in states)
     compat.clear_detection_caches()  # every cached detection still has cache_clear()
     assert compat.privateuse1_backend_name() in ("privateuseone", "neuron")
+
+
+def test_standin_backend_internals_name_each_aot_graph_and_see_symbolic_sizes():
+    from functorch.compile import make_boxed_func
+
+    names, sizes = [], []
+
+    def backend(gm, example_inputs):
+        sizes.append(compat.graph_symbolic_sizes(gm))
+
+        def compile_graph(graph, inputs):
+            names.append(compat.aot_graph_name())
+            return make_boxed_func(graph.forward)
+
+        return compat.aot_autograd(fw_compiler=compile_graph)(gm, example_inputs)
+
+    torch._dynamo.reset()
+    weight = torch.ones(3, requires_grad=True)
+    torch.compile(lambda x: (x * weight).sum(), backend=backend, dynamic=False)(torch.ones(3)).backward()
+    assert [name.rsplit("_", 2)[-2] for name in names] == ["forward", "backward"]
+    torch.compile(lambda x: x * 2, backend=backend, dynamic=True)(torch.ones(3, 4))
+    assert sizes[0] == [] and len(sizes[1]) == 2
+
+
+def test_register_dynamo_backend_registers_a_name_once():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    def first(gm, example_inputs):
+        return gm.forward
+
+    compat.register_dynamo_backend("trnlab_compat_test", first)
+    compat.register_dynamo_backend("trnlab_compat_test", lambda gm, example_inputs: gm.forward)
+    assert lookup_backend("trnlab_compat_test") is first

@@ -61,21 +61,6 @@ def test_tracker_reports_when_dynamo_gives_up_recompiling():
     assert quiet.recompile_limit_hits == 0 and "recompile limit" not in quiet.describe()
 
 
-def test_fresh_neff_cache_is_deprecated_and_still_restores_the_variable(monkeypatch):
-    import os
-
-    import trnlab
-
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache")
-    with pytest.warns(FutureWarning, match=r"trnlab.fresh_neff_cache is deprecated .*cold_neff_cache_env\(\)"):
-        with trnlab.fresh_neff_cache() as folder:
-            assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == folder and os.listdir(folder) == []
-    assert os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] == "/tmp/neff_cache" and not os.path.exists(folder)
-    monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR")
-    with pytest.warns(FutureWarning), trnlab.fresh_neff_cache(enabled=False) as nothing:
-        assert nothing is None and "TORCH_NEURONX_NEFF_CACHE_DIR" not in os.environ
-
-
 def test_cold_neff_cache_env_turns_torchneuron_s_disk_cache_off_for_a_new_process():
     import os
     import subprocess
@@ -133,21 +118,18 @@ def test_a_tracker_entered_again_measures_only_its_new_block():
     assert [c.label for c in tracker.calls] == ["n=3", "n=4", "n=3"] and [c.new_graphs for c in tracker.calls] == [1, 1, 0]
 
 
-def test_reset_compile_state_still_works_and_names_its_new_name():
+def test_forget_compiled_graphs_drops_the_graphs_and_the_model_s_cache_length():
     import trnlab
 
     torch._dynamo.reset()
     f = torch.compile(lambda x: x * 3, backend="eager", dynamic=False)
     f(torch.ones(2))
     model = types.SimpleNamespace(_previous_max_cache_length=12)
-    with pytest.warns(FutureWarning, match="trnlab.reset_compile_state is deprecated .* write "
-                                           r"trnlab.forget_compiled_graphs\(model\) instead"):
-        trnlab.reset_compile_state(model)
+    trnlab.forget_compiled_graphs(model)
     assert "_previous_max_cache_length" not in vars(model)
     with CompileTracker() as tracker:
         f(torch.ones(2))  # compiled again: the reset dropped it
     assert tracker.graphs == 1
-    assert "reset_compile_state" not in trnlab.__all__
 
 
 def test_recompile_log_collects_why_a_graph_recompiled():
@@ -179,7 +161,7 @@ def test_recompile_log_hides_machine_paths():
     assert _shorten_paths(text) == "Recompiling function f in <site-packages>/transformers/x.py:121"
 
 
-def test_summary_is_a_dict_and_describe_the_line_and_the_old_text_use_warns():
+def test_summary_is_a_dict_and_describe_the_line():
     torch._dynamo.reset()
     triple = torch.compile(lambda x: x * 3, backend="eager", dynamic=False)
     with CompileTracker() as tracker:
@@ -189,12 +171,8 @@ def test_summary_is_a_dict_and_describe_the_line_and_the_old_text_use_warns():
     summary = tracker.summary()
     assert isinstance(summary, dict) and summary["graphs"] == 1 and summary["calls"] == 2
     assert summary["steady_calls"] == 1 and summary["steady_seconds"] == tracker.steady_seconds
-    assert str(summary) == tracker.describe() and f"{summary}" == tracker.describe()
-    with pytest.warns(FutureWarning, match=r"summary\(\) used as text.*write CompileTracker.describe\(\)"):
-        assert summary.startswith("1 graph(s) compiled")
-    with pytest.warns(FutureWarning, match="describe"):
-        assert "steady state" in summary
-    assert "graphs" in summary and summary == dict(summary)  # dict semantics, no warning
+    assert type(summary) is dict and tracker.describe().startswith("1 graph(s) compiled")
+    assert "steady state" in tracker.describe()
 
 
 def test_steady_median_lives_in_compile_tracking_and_bench_re_exports_it():

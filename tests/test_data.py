@@ -233,14 +233,7 @@ def test_a_registered_strategy_is_built_by_name_and_a_taken_name_is_refused(toke
     assert ", ".join(data.STRATEGIES) == "dynamic, buckets, fixed, packed"
 
 
-def test_the_row_length_is_length_everywhere_and_old_keywords_warn(tokenizer, texts):
+def test_the_row_length_is_length_everywhere(tokenizer, texts):
     assert len(data.fixed_length_dataset(tokenizer, texts, length=16)[0]["input_ids"]) == 16
-    with pytest.warns(FutureWarning, match=r"fixed_length_dataset\(max_length=...\) is deprecated.*length=..."):
-        rows = data.fixed_length_dataset(tokenizer, texts, max_length=16)
-    assert len(rows[0]["input_ids"]) == 16
-    with pytest.warns(FutureWarning, match=r"tokenized_dataset\(max_length=...\).*length=..."):
-        assert max(len(r["input_ids"]) for r in data.tokenized_dataset(tokenizer, texts, max_length=16)) <= 16
-    with pytest.warns(FutureWarning, match=r"packed_dataset\(block_length=...\).*length=..."):
-        assert len(data.packed_dataset(tokenizer, texts, block_length=16)[0]["input_ids"]) == 16
-    with pytest.raises(TypeError, match="pass length= only"):
-        data.packed_dataset(tokenizer, texts, length=16, block_length=16)
+    assert max(len(r["input_ids"]) for r in data.tokenized_dataset(tokenizer, texts, length=16)) <= 16
+    assert len(data.packed_dataset(tokenizer, texts, length=16)[0]["input_ids"]) == 16

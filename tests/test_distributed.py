@@ -1,9 +1,9 @@
 """trnlab.distributed: the 2 x 2 sharded model equals one process; helpers behave on their own.
 
-One real 4-process run serves every check. Its ranks run ``trnlab/scripts/train_sharded.py``
+One real 4-process run serves every check. Its ranks run ``tests/scripts/train_sharded.py``
 (3 steps) against the one-process reference (same loss on the same batch, same training
 losses, the shards' placements and bytes, a saved model that reloads in one process and
-generates what the sharded model generated), then ``trnlab/scripts/measure_memory.py``, whose
+generates what the sharded model generated), then ``tests/scripts/measure_memory.py``, whose
 bytes per rank ``trnlab.planning`` must predict.
 """
 
@@ -22,8 +22,8 @@ from trnlab import plots
 from trnlab.launcher import launch
 from trnlab.memory_model import plan_memory
 
-SCRIPT = Path(td.__file__).parent / "scripts" / "train_sharded.py"
-MEASURE_SCRIPT = Path(td.__file__).parent / "scripts" / "measure_memory.py"
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "train_sharded.py"
+MEASURE_SCRIPT = SCRIPT.with_name("measure_memory.py")
 RANK_SCRIPTS = Path(__file__).resolve().parent / "rank_scripts.py"
 MEASURE_BATCH, MEASURE_SEQ = 2, 32  # micro-batch per FSDP rank in the memory measurement
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_distributed.ipynb"
@@ -122,32 +122,6 @@ def test_trainer_path_is_a_working_trainer(tmp_path):
     assert tuple(batch["input_ids"].shape) == (2, 32)  # this rank's half of the global batch
 
 
-def test_load_sharded_model_is_deprecated_and_still_loads_with_the_distributed_config(monkeypatch):
-    import trnlab.models
-
-    calls, plain = [], trnlab.models.load_model(None, device="cpu", dtype=torch.float32)
-    monkeypatch.setattr(trnlab.models, "load_model", lambda name, **kwargs: calls.append((name, kwargs)) or plain)
-    with pytest.warns(FutureWarning, match=r"load_sharded_model is deprecated and will be removed in trnlab 0.3: "
-                                           r"write AutoModelForCausalLM.from_pretrained\(name, dtype=torch.float32, "
-                                           r"distributed_config=DistributedConfig\(tp_size=2, fsdp_size=2\)\)"):
-        model = td.load_sharded_model("some/model", tp_size=2, fsdp_size=1)
-    (name, kwargs), = calls
-    assert name == "some/model" and kwargs["dtype"] == torch.float32 and model.training
-    assert (kwargs["distributed_config"].tp_size, kwargs["distributed_config"].fsdp_size) == (2, 1)
-
-
-def test_train_sharded_is_deprecated_and_still_trains(monkeypatch, tmp_path):
-    model = trnlab.load_model(None, device="cpu", dtype=torch.float32).train()
-    before = model.lm_head.weight.detach().clone()
-    dataset = data.packed_dataset(trnlab.load_tokenizer(), data.training_texts(8), 32)
-    monkeypatch.setattr(td, "mesh_position", lambda model: {"fsdp_size": 1})  # one process stands in for a rank
-    with pytest.warns(FutureWarning, match=r"train_sharded is deprecated.*write Trainer\(model=model, "
-                                           r"args=TrainingArguments\(...\), train_dataset=dataset\).train\(\)"):
-        run = td.train_sharded(model, dataset, steps=2, batch_size=2, output_dir=tmp_path, log=lambda line: None)
-    assert run.path == "Trainer" and len(run.losses) == 2 and all(loss > 0 for loss in run.losses)
-    assert not torch.equal(model.lm_head.weight.detach(), before)  # two optimizer steps changed the weights
-
-
 # ------------------------------------------------------------------ one real sharded run
 
 
@@ -190,11 +164,6 @@ def test_every_rank_ran_on_the_2x2_mesh_and_says_which_training_path(sharded_run
     assert "DistributedType.MULTI_CPU" in sharded_run["run"]["refusal"]
     trained = [line for r in range(4) for line in sharded_run["result"].lines(r) if line.startswith("trained")]
     assert trained == ["trained with Trainer (CPU mesh: built inside compat.cpu_mesh_as_multi_device)"] * 4
-
-
-def test_the_ranks_call_no_deprecated_helper(sharded_run):
-    lines = [line for r in range(4) for line in sharded_run["result"].lines(r)]
-    assert not [line for line in lines if "FutureWarning" in line or "is deprecated" in line]
 
 
 def test_sharded_loss_equals_one_process_loss_on_the_same_batch(sharded_run, reference):
@@ -244,7 +213,7 @@ def test_the_notebook_writes_exactly_this_script():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     written = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith("%%writefile")]
     bodies = [s.split("\n", 1)[1] for s in written if "train_sharded.py" in s.split("\n", 1)[0]]
-    assert bodies == [SCRIPT.read_text()], "notebook 05's %%writefile cell and trnlab/scripts/train_sharded.py differ"
+    assert bodies == [SCRIPT.read_text()], "notebook 05's %%writefile cell and tests/scripts/train_sharded.py differ"
 
 
 # ------------------------------------------------------------------ tables and pictures

@@ -2,11 +2,14 @@
 the bucket chooser and the workload harness."""
 
 import itertools
+import os
 import random
 import types
+import warnings
 
 import pytest
 import torch
+from fake_neuron import ReportingDevice
 
 import trnlab
 from trnlab import generation as gen
@@ -156,25 +159,6 @@ def test_compile_backend_is_decided_in_one_place():
         trnlab.compile_backend("neuron", "eager")
 
 
-def test_compile_backend_cpu_default_is_deprecated_but_still_works():
-    with pytest.warns(FutureWarning, match=r"trnlab.compile_backend\(\.\.\., cpu_default=\.\.\.\) is deprecated "
-                                           r"and will be removed in trnlab 0.3: write trnlab.compile_backend\(device, "
-                                           r"requested\)"):
-        assert trnlab.compile_backend("cpu", cpu_default="inductor") == "inductor"
-    with pytest.warns(FutureWarning):
-        assert trnlab.compile_backend("cuda", cpu_default="inductor") == "eager"  # it only ever set the CPU's
-    with pytest.warns(FutureWarning):
-        assert trnlab.compile_backend("cpu", "aot_eager", cpu_default="inductor") == "aot_eager"  # requested wins
-
-
-def test_compile_backend_default_warns_nothing():
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert trnlab.compile_backend("cpu") == "eager"
-
-
 # ----------------------------------------------------------------------------- with the course model
 
 
@@ -230,6 +214,43 @@ def test_corpus_prompts_have_the_exact_lengths(tokenizer):
     assert all(isinstance(i, int) for p in prompts for i in p)
     assert prompts == trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
     assert prompts != trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=4)
+
+
+STATIC_NOTICE = ("generate() with a static cache will not compile on cpu: Transformers auto-compiles only on cuda, "
+                 "xpu, neuron or tpu; pass compile_config=trnlab.generation_compile_config(model.device) to compile "
+                 "here (or disable_compile=True to run eagerly without this warning)")
+
+
+def test_will_auto_compile_answers_as_generate_compiles(model, tokenizer, monkeypatch):
+    inputs = tokenizer(trnlab.EXAMPLE_PROMPT, return_tensors="pt")
+    everywhere = trnlab.generation_compile_config("cpu")
+    for kwargs in ({}, {"compile_config": everywhere}):
+        trnlab.forget_compiled_graphs(model)
+        with trnlab.CompileTracker() as tracker:
+            model.generate(**inputs, do_sample=False, max_new_tokens=3, cache_implementation="static", **kwargs)
+        assert gen.will_auto_compile(model, cache_implementation="static", **kwargs) is (tracker.graphs > 0), kwargs
+    trnlab.forget_compiled_graphs(model)
+    assert tracker.graphs > 0  # the last one, with the compile config, compiled
+    assert not gen.will_auto_compile(model, cache_implementation="static", compile_config=everywhere, disable_compile=True)
+    assert not gen.will_auto_compile(model, compile_config=everywhere)  # a dynamic cache is never compiled
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)  # generate() set it, compiling
+    assert gen.will_auto_compile(model, cache_implementation="static", compile_config=everywhere)
+    assert "TOKENIZERS_PARALLELISM" not in os.environ  # asking does not set it
+
+
+def test_a_static_cache_that_will_not_compile_here_says_so(model, tokenizer, fake_neuron):
+    assert gen.static_cache_notice(model, cache_implementation="static") == STATIC_NOTICE
+    for quiet in ({"compile_config": trnlab.generation_compile_config("cpu")}, {"disable_compile": True}, {}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            gen.generate_batch(model, tokenizer, "Hi", do_sample=False, max_new_tokens=1,
+                               **({"cache_implementation": "static"} if quiet else {}), **quiet)
+    with pytest.warns(UserWarning) as caught:
+        gen.generate_batch(model, tokenizer, "Hi", do_sample=False, max_new_tokens=1, cache_implementation="static")
+    assert [str(w.message) for w in caught if w.category is UserWarning] == [STATIC_NOTICE]
+    with ReportingDevice(model, "neuron:0"):  # Transformers compiles there by itself: nothing to say
+        assert gen.will_auto_compile(model, cache_implementation="static")
+        assert gen.static_cache_notice(model, cache_implementation="static") is None
 
 
 def test_bucketed_generate_equals_plain_generate_token_for_token(model, tokenizer):
@@ -414,46 +435,3 @@ def test_first_sentence_keeps_the_stated_fact():
     assert trnlab.first_sentence("Is it? Yes.") == "Is it?"
     assert trnlab.first_sentence("no end here ") == "no end here"
 
-
-# ----------------------------------------------------------------------------- renamed names (trnlab 0.1)
-
-
-def test_old_bucket_names_still_work_and_name_their_new_names():
-    with pytest.warns(FutureWarning, match=r"trnlab.bucket_padding_tokens is deprecated and will be removed in "
-                                           r"trnlab 0.3: write trnlab.bucket_pad_tokens\(lengths, buckets\) instead"):
-        assert trnlab.bucket_padding_tokens([1, 8, 9, 32], (8, 16, 32)) == 7 + 0 + 7 + 0
-    with pytest.warns(FutureWarning, match=r"trnlab.waste_by_bucket_count is deprecated .*"
-                                           r"write trnlab.padding_by_bucket_count\(lengths, max_k\)"):
-        rows = trnlab.waste_by_bucket_count([4, 9, 30], 2)
-    new = trnlab.padding_by_bucket_count([4, 9, 30], 2)
-    assert [r["buckets"] for r in rows] == [r["buckets"] for r in new] == [(30,), (9, 30)]
-    # the old row keys keep working next to the new ones
-    assert [(r["padded_tokens"], r["waste_fraction"]) for r in rows] == [(r["pad_tokens"], r["padding_waste"])
-                                                                         for r in new]
-    assert not {"bucket_padding_tokens", "waste_by_bucket_count"} & set(trnlab.__all__)
-
-
-def test_choose_buckets_max_length_is_the_old_name_of_max_positions():
-    with pytest.warns(FutureWarning, match=r"trnlab.choose_buckets\(max_length=...\) is deprecated .*"
-                                           r"write choose_buckets\(..., max_positions=...\) instead"):
-        assert trnlab.choose_buckets([100, 512], 2, max_length=512) == (100, 512)
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="max_position_embeddings"):
-        trnlab.choose_buckets([100, 600], 2, max_length=512)
-    with pytest.raises(TypeError, match="pass max_positions only"):
-        trnlab.choose_buckets([100], 1, max_positions=512, max_length=512)
-
-
-def test_names_that_lived_in_trnlab_generation_still_import_from_there():
-    import warnings
-
-    with pytest.warns(FutureWarning, match="trnlab.generation.choose_buckets is deprecated .* write "
-                                           "trnlab.choose_buckets instead"):
-        from trnlab.generation import choose_buckets
-    assert choose_buckets is trnlab.choose_buckets
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from trnlab.generation import bucket_padding_tokens  # renamed: warns when called, not on import
-    with pytest.warns(FutureWarning, match="write trnlab.bucket_pad_tokens"):
-        assert bucket_padding_tokens([3], [4]) == 1
-    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
-        gen.no_such_name

@@ -1,32 +1,21 @@
 """trnlab's imports read one way: each at the top of its module, and the graph of them has no cycle.
 
 Read from the source (``ast``), so a cycle or an import hidden in a function fails here before it
-confuses a reader. Deprecated names that moved to another module are imported when first used
-(:func:`trnlab.deprecation.moved_names`): they count as edges too, and the few that point back at
-a module importing theirs are listed in :data:`DEPRECATED_EDGES`, to go with them in trnlab 0.3.
+confuses a reader.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
-import warnings
 from pathlib import Path
-
-import pytest
 
 import trnlab
 
 PACKAGE = Path(trnlab.__file__).parent
 MODULES = {".".join(("trnlab", *p.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__"): p
            for p in sorted(PACKAGE.rglob("*.py"))}
-#: Modules that look names up by a string: the lazy top level, the command table, moved names.
-NAME_LOOKUPS = {"trnlab", "trnlab.__main__", "trnlab.deprecation"}
-#: Deprecated names whose new module imports the old one: the only edges allowed to close a cycle.
-DEPRECATED_EDGES = {("trnlab.planning", "trnlab.cli.plan"), ("trnlab.launcher", "trnlab.cli.launch"),
-                    ("trnlab.generation", "trnlab.bench")}
-#: How many moved names each module serves (so a table that vanishes is noticed).
-MOVED_COUNTS = {"trnlab.planning": 30, "trnlab.generation": 10, "trnlab.training": 1, "trnlab.launcher": 1}
+#: Modules that look names up by a string: the lazy top level and the command table.
+NAME_LOOKUPS = {"trnlab", "trnlab.__main__"}
 
 
 def _module_of(name: str, modules=None) -> str:
@@ -34,7 +23,7 @@ def _module_of(name: str, modules=None) -> str:
     ``trnlab.plan_mesh``, a lazy top-level name, -> ``trnlab.planning``)."""
     modules = MODULES if modules is None else modules
     head, _, last = name.rpartition(".")
-    lazy = trnlab._MODULE_OF.get(last) or trnlab.DEPRECATED_NAMES.get(last)
+    lazy = trnlab._MODULE_OF.get(last)
     if head == "trnlab" and lazy:
         return f"trnlab.{lazy}"
     while name not in modules:
@@ -88,23 +77,16 @@ def _imports(module: str, modules=None) -> tuple[set[str], list[tuple[str, int]]
     return top, elsewhere
 
 
-def _moved_targets(module: str) -> set[str]:
-    """The modules a module's deprecated names (``moved_names``) point to."""
-    getter = getattr(importlib.import_module(module), "__getattr__", None)
-    return {t[0] if isinstance(t, tuple) else t for t in getattr(getter, "moved", {}).values()}
-
-
 def _with_parents(module: str) -> list[str]:
     parts = module.split(".")
     return [".".join(parts[:i]) for i in range(2, len(parts) + 1)]
 
 
-def import_edges(modules=None, moved=lambda module: set()) -> dict[str, set[str]]:
-    """``{module: modules it imports}``: its top-level imports, their parent packages (importing
-    trnlab.a.b runs trnlab.a first; a module's own packages excepted, whose __init__ may import it),
-    and where its moved names point."""
+def import_edges(modules=None) -> dict[str, set[str]]:
+    """``{module: modules it imports}``: its top-level imports and their parent packages (importing
+    trnlab.a.b runs trnlab.a first; a module's own packages excepted, whose __init__ may import it)."""
     modules = MODULES if modules is None else modules
-    return {m: {p for t in _imports(m, modules)[0] | moved(m) for p in _with_parents(t)} - set(_with_parents(m))
+    return {m: {p for t in _imports(m, modules)[0] for p in _with_parents(t)} - set(_with_parents(m))
             for m in modules}
 
 
@@ -130,28 +112,15 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def _importable(module: str) -> bool:
-    # Scripts run when imported; trnlab.launch is a deprecated module (importing it shadows trnlab.launch).
-    return not (".scripts" in module or module.endswith("__main__") or module == "trnlab.launch")
-
-
 def test_every_trnlab_import_is_at_the_top_of_its_module():
     elsewhere = [f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} imports {target}"
                  for m in MODULES for target, line in _imports(m)[1]]
     assert not elsewhere, "move these imports to the top of their module:\n" + "\n".join(elsewhere)
 
 
-def test_the_import_graph_has_no_cycle_but_the_listed_deprecated_edges():
-    moved = {m: _moved_targets(m) for m in MODULES if _importable(m)}
-    edges = import_edges(moved=lambda m: moved.get(m, set()))
-    listed = {(a, b) for a, targets in moved.items() for b in targets if (a, b) in DEPRECATED_EDGES}
-    assert listed == DEPRECATED_EDGES, f"no longer moved names, drop from DEPRECATED_EDGES: {DEPRECATED_EDGES - listed}"
-    for a, b in DEPRECATED_EDGES:
-        edges[a].discard(b)
-    cycle = find_cycle(edges)
+def test_the_import_graph_has_no_cycle():
+    cycle = find_cycle(import_edges())
     assert cycle == [], "import cycle: " + " -> ".join(cycle)
-    for a, b in DEPRECATED_EDGES:  # each listed edge does close a cycle: else it needs no listing
-        assert find_cycle({**edges, a: edges[a] | {b}}), f"{a} -> {b} closes no cycle: drop it from DEPRECATED_EDGES"
 
 
 def _imports_by_string(path: Path) -> list[int]:
@@ -182,24 +151,7 @@ def test_the_checks_can_fail(tmp_path):
     assert _imports("trnlab.c", modules) == (set(), [("trnlab.a", 6)])  # annotations only; after the first def
     assert _imports_by_string(tmp_path / "b.py") == [5]
     assert find_cycle(import_edges(modules)) == []          # a -> b -> c, c's import of a is not at the top
-    assert find_cycle(import_edges(modules, moved=lambda m: {"trnlab.a"} if m == "trnlab.c" else set())) == [
-        "trnlab.a", "trnlab.b", "trnlab.c", "trnlab.a"]     # a moved name of c pointing at a closes it
+    assert find_cycle({**import_edges(modules), "trnlab.c": {"trnlab.a"}}) == [
+        "trnlab.a", "trnlab.b", "trnlab.c", "trnlab.a"]     # c importing a at its top would close it
     assert _module_of("trnlab.plan_mesh") == "trnlab.planning"
 
-
-def test_every_moved_name_still_resolves_with_what_to_write():
-    counts = {}
-    for module in filter(_importable, MODULES):
-        imported = importlib.import_module(module)
-        for name, target in getattr(getattr(imported, "__getattr__", None), "moved", {}).items():
-            target, write = target if isinstance(target, tuple) else (target, "")
-            new = getattr(importlib.import_module(target), name)
-            if write is None:  # a renamed function: it warns when called, not when looked up
-                with warnings.catch_warnings():
-                    warnings.simplefilter("error")
-                    assert getattr(imported, name) is new
-            else:
-                with pytest.warns(FutureWarning, match=rf"{module}\.{name} is deprecated .*: write .+ instead"):
-                    assert getattr(imported, name) is new, f"{module}.{name}"
-            counts[module] = counts.get(module, 0) + 1
-    assert counts == MOVED_COUNTS

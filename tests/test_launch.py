@@ -350,45 +350,8 @@ def test_dry_run_checks_a_shipped_model_offline_like_plan(monkeypatch, capsys, n
     out = capsys.readouterr().out
     assert out.startswith("torchrun --standalone --nproc-per-node=4 train.py\n")
     assert "# Qwen/Qwen3-8B on tp=2 x fsdp=2, training" in out
-    with pytest.warns(FutureWarning, match=r"trnlab\.load_config"):  # the deprecated name still answers
-        config = tl.model_config_of("Qwen/Qwen3-8B")
-    assert (config.num_attention_heads, config.num_key_value_heads) == (32, 8)
     with pytest.raises(LaunchConfigError, match="tp_size=3 does not divide the model's attention heads = 32"):
         tl.validate_parallel_sizes(3, 3, 1, model_config="Qwen/Qwen3-8B")
-
-
-def test_the_old_module_name_still_imports_with_a_warning_and_launch_stays_callable(monkeypatch):
-    import importlib
-
-    import trnlab
-    import trnlab.launcher
-
-    saved = sys.modules.pop("trnlab.launch", None)
-    try:
-        with pytest.warns(FutureWarning, match="trnlab.launch was renamed trnlab.launcher"):
-            old = importlib.import_module("trnlab.launch")
-        from trnlab.launch import launch, torchrun_command  # noqa: F401  (the old spelling)
-
-        assert launch is trnlab.launcher.launch and torchrun_command is trnlab.launcher.torchrun_command
-        assert old.LaunchConfigError is LaunchConfigError and old._mesh_sizes is tl._mesh_sizes
-        # Importing the submodule rebound trnlab.launch to it; calling it still runs the function.
-        assert trnlab.launch is old
-        with pytest.raises(LaunchConfigError, match="tp_size=0"):
-            trnlab.launch("t.py", tp_size=0, device="cpu")
-        with pytest.raises(AttributeError, match="now trnlab.launcher"):
-            old.no_such_name
-    finally:
-        sys.modules.pop("trnlab.launch", None)
-        if saved is not None:
-            sys.modules["trnlab.launch"] = saved
-        trnlab.launch = trnlab.launcher.launch  # as before this test: the function
-
-
-def test_without_the_old_module_trnlab_launch_is_the_function():
-    import trnlab
-
-    assert "trnlab.launch" not in sys.modules
-    assert trnlab.launch is tl.launch and trnlab.launch.__module__ == "trnlab.launcher"
 
 
 # ------------------------------------------------------------------ real launches (tiny scripts)
@@ -493,7 +456,7 @@ def test_each_rank_sees_only_its_own_neuroncore(tmp_path, monkeypatch, capsys):
 
 def test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subset(fake_neuron, tmp_path,
                                                                                      monkeypatch):
-    """Under the simulated trn2 (4 NeuronCores; SIMULATED, the ranks run on this CPU): on all
+    """Under a fake trn2 (4 NeuronCores; the ranks run on this CPU): on all
     cores, plain torchrun (TorchNeuron's process group gives rank i core i when the variable is
     unset, which a CPU rank cannot show: it sees no value); on a subset, each rank gets its core."""
     script = tmp_path / "cores.py"
@@ -513,7 +476,7 @@ def test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subs
         "local rank 0 sees NeuronCores 2", "local rank 1 sees NeuronCores 3"]
 
 
-def test_dry_run_on_a_simulated_trn2_adds_rank_cores_only_for_a_subset(fake_neuron, monkeypatch, capsys):
+def test_dry_run_on_a_fake_trn2_adds_rank_cores_only_for_a_subset(fake_neuron, monkeypatch, capsys):
     from trnlab.__main__ import main
 
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)

@@ -1,3 +1,4 @@
+import sys
 import time
 from pathlib import Path
 
@@ -6,7 +7,9 @@ import torch
 
 import trnlab
 from trnlab.assets import BUNDLED_MODEL_DIR, EXAMPLE_PROMPT, generate_documents
-from trnlab.assets.build import QUICK, build
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from build_model import QUICK, build  # noqa: E402
 
 
 def test_corpus_is_seeded_and_states_the_law():

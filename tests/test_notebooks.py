@@ -126,3 +126,13 @@ def test_sync_intros_copies_the_measured_figures_into_the_introduction():
     assert synced_intro(intro, graphs=16, seconds=42) == intro
     with pytest.raises(ValueError, match="once each"):
         synced_intro("It takes about 4 s, or about 5 s, and compiles 1 graph(s).", graphs=1, seconds=4)
+
+
+def test_readme_notebook_table_holds_each_notebooks_measured_graph_count():
+    from sync_intros import README, measured, synced_readme
+
+    graphs = {p.stem: measured(json.loads(p.read_text()))[0] for p in NOTEBOOKS}
+    text = README.read_text()
+    assert synced_readme(text, graphs) == text, "run python tools/sync_intros.py notebooks/[0-9]*.ipynb"
+    changed = synced_readme(text, {**graphs, "03_compiled_generation": 999})
+    assert "| 999 |" in changed and changed.count("| 999 |") == 1

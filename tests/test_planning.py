@@ -1,6 +1,6 @@
 """trnlab.planning: the bytes it predicts are the bytes ranks really hold; meshes and errors make sense.
 
-The measured-vs-predicted checks on 4 real ranks (``trnlab/scripts/measure_memory.py``, tp 2 x
+The measured-vs-predicted checks on 4 real ranks (``tests/scripts/measure_memory.py``, tp 2 x
 fsdp 2) live in tests/test_distributed.py, whose one sharded run also measures: parameter bytes
 per rank equal, parameters + gradients + AdamW state within 5%. The static KV cache and the
 per-layer activation formula are checked in this process; everything else is arithmetic.
@@ -9,20 +9,18 @@ per-layer activation formula are checked in this process; everything else is ari
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 import trnlab
-from trnlab import instances, memory_model, models, planning, plots, sharding, tables
+from trnlab import instances, memory_model, models, plots, sharding, tables
 from trnlab.cli.plan import main as plan_main
 from trnlab.instances import GiB, PlanError
 from trnlab.launcher import LaunchConfigError, validate_parallel_sizes
 from trnlab.memory_model import plan_memory
 from trnlab.planning import plan_mesh
 
-SCRIPT = Path(trnlab.__file__).parent / "scripts" / "measure_memory.py"
 BATCH, SEQ = 2, 32  # micro-batch per FSDP rank in the measured run
 
 #: Model cards (huggingface.co/Qwen/<name>): total and non-embedding parameters, in billions.
@@ -119,7 +117,9 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     assert [(t["tp_size"], t["fsdp_size"], t["checkpointing"], t["fits"]) for t in train.tried] == [
         (1, 64, "none", False), (4, 16, "none", False), (1, 64, "selective", False), (4, 16, "selective", True)]
     assert '"Keep TP4 within a chip"' in train.reason and "spans" not in train.reason
-    assert "This is AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge" in train.reason
+    assert ("It is the mesh of AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge" in train.reason
+            and "by construction" in train.reason and "not an independent confirmation" in train.reason)
+    assert "21.6 GiB usable per core (24 GiB of HBM minus the planner's assumed 10% headroom;" in train.reason
     assert "qwen3_8b_tp4_fsdp16_sac" in train.reason and "18 of 36 layers" in train.reason
     # tp=2 fits too (the table shows it); the reason says why the ladder passes over it.
     tp2 = next(c for c in train.candidates if c.tp_size == 2)
@@ -306,6 +306,15 @@ def test_a_workload_that_fits_no_mesh_says_what_would():
     # A fixed lighter checkpointing is told which heavier one would fit.
     with pytest.raises(PlanError, match=r"What would fit: --checkpointing full on trn2.48xlarge: tp=1 x fsdp=64, full"):
         plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=8192, gradient_checkpointing="none")
+    # No one change fits: the leanest settings on more nodes and on a larger instance, each planned and fitting.
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-32B", "trn2.3xlarge", "train", batch=4, seq=4096)
+    assert str(info.value).split("What would fit: ")[1].startswith(
+        "--batch 1 on 12 x trn2.3xlarge (--nodes 12): tp=4 x fsdp=12, full activation checkpointing")
+    assert "; --batch 1 on one trn2.48xlarge: tp=4 x fsdp=16, full" in str(info.value)
+    for instance, nodes in (("trn2.3xlarge", 12), ("trn2.48xlarge", 1)):
+        assert plan_mesh("Qwen/Qwen3-32B", instance, "train", batch=1, seq=4096, nodes=nodes,
+                         gradient_checkpointing="full").recommended.fits
 
 
 def test_a_huge_batch_is_answered_in_seconds():
@@ -323,6 +332,32 @@ def test_a_huge_batch_is_answered_in_seconds():
         assert fits.recommended.fits
         with pytest.raises(PlanError):   # the largest: one more does not fit
             plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", workload, batch=batch + 1, seq=2048)
+
+
+def test_a_seq_past_the_models_positions_is_refused_and_none_is_suggested():
+    # issue 23 item 9: `plan --seq 10000000` suggested a --seq far past the model's 40,960 positions, unsaid.
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=10_000_000)
+    assert str(info.value) == ("seq=10000000: the model takes at most 40960 positions (Qwen/Qwen3-8B's "
+                               "max_position_embeddings): use seq <= 40960")
+    with pytest.raises(PlanError, match=r"cache_length=40961: the model takes at most 40960 positions"):
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", seq=1024, cache_length=40961)
+    # At the limit it plans; the shorter --seq it suggests is within the limit and fits.
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=40960)
+    seq = int(str(info.value).split("What would fit: --seq ")[1].split()[0])
+    assert seq < 40960 and plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=seq).recommended.fits
+    # The default seq is 2048, or the model's positions if fewer.
+    config, _ = sharding.config_and_label("Qwen/Qwen3-0.6B")
+    config.max_position_embeddings = 1024
+    assert plan_mesh(config, "trn2.3xlarge").settings["seq"] == 1024
+    assert plan_mesh("Qwen/Qwen3-0.6B", "trn2.3xlarge").settings["seq"] == 2048
+
+
+def test_cli_refuses_a_seq_past_the_models_positions(capsys):
+    assert plan_main(["--model", "Qwen/Qwen3-8B", "--train", "--seq", "10000000"]) == 2
+    assert capsys.readouterr().err == ("error: seq=10000000: the model takes at most 40960 positions "
+                                       "(Qwen/Qwen3-8B's max_position_embeddings): use seq <= 40960\n")
 
 
 # ------------------------------------------------------------------ command line
@@ -400,24 +435,3 @@ def test_per_layer_activation_formula_equals_the_saved_tensors(dtype, one_torch_
     plan = plan_memory(None, workload="train", batch=BATCH, seq=SEQ, dtype=str(dtype).split(".")[1])
     assert plan.activation_detail["per_layer"] == layer_bytes
 
-
-def test_planning_main_is_a_deprecated_shim_like_launcher_main():
-    with pytest.warns(FutureWarning, match=r"trnlab\.cli\.plan\.main"):
-        assert planning.main(["--model", "Qwen3-8B", "--instance", "trn1.32xlarge"]) == 2
-
-
-def test_the_planners_old_names_still_resolve_from_trnlab_planning():
-    # The planner was one module in trnlab 0.1; its names moved to sharding, memory_model, tables, plots.
-    assert planning.plan_memory is memory_model.plan_memory and planning.config_and_label is sharding.config_and_label
-    assert planning.get_instance is instances.get_instance
-    with pytest.warns(FutureWarning, match=r"trnlab\.planning\.plot_memory_plan is deprecated .* write "
-                                           r"trnlab\.plot_memory_plan \(or `from trnlab\.plots import plot_memory_plan`\) "
-                                           r"instead"):
-        assert planning.plot_memory_plan is plots.plot_memory_plan is trnlab.plot_memory_plan
-    with pytest.warns(FutureWarning, match=r"write `from trnlab\.memory_model import kv_cache_bytes` instead"):
-        assert planning.kv_cache_bytes is memory_model.kv_cache_bytes
-    with pytest.warns(FutureWarning, match=r"trnlab\.load_config"):
-        config, label = planning.resolve_config("Qwen/Qwen3-8B")
-    assert label == "Qwen/Qwen3-8B" and config.num_hidden_layers == 36
-    with pytest.raises(AttributeError, match="module 'trnlab.planning' has no attribute 'no_such_name'"):
-        planning.no_such_name

@@ -1,4 +1,4 @@
-"""trnlab's public API: one ``__all__``, every name documented, and the README's table in step."""
+"""trnlab's public API: one ``__all__``, every name documented, and docs/api.md in step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import trnlab
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+API_MD = ROOT / "docs" / "api.md"
 
 
 def test_every_exported_name_resolves_and_has_a_docstring():
@@ -48,12 +49,11 @@ def test_unknown_names_raise_attribute_error():
         raise AssertionError("expected AttributeError")
 
 
-def test_readme_table_matches_all():
-    text = README.read_text()
-    section = text.split("## Using trnlab in your own notebooks", 1)[1].split("\n## ", 1)[0]
+def test_api_reference_lists_all():
+    section = API_MD.read_text().split("## Top-level names", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `(\w+)`", section, flags=re.M)
     assert sorted(listed) == sorted(trnlab.__all__), (
-        f"README lacks {sorted(set(trnlab.__all__) - set(listed))}, has extra {sorted(set(listed) - set(trnlab.__all__))}")
+        f"docs/api.md lacks {sorted(set(trnlab.__all__) - set(listed))}, has extra {sorted(set(listed) - set(trnlab.__all__))}")
 
 
 def test_torchrun_command_for_this_machine_from_one_node_up():
@@ -84,7 +84,7 @@ def test_validate_parallel_sizes_checks_the_course_model_by_default():
     assert trnlab.validate_parallel_sizes(too_wide, tp_size=too_wide, check_model=False)["tp_size"] == too_wide
 
 
-def test_readme_api_tables_are_generated_from_groups():
-    done = subprocess.run([sys.executable, str(README.parent / "tools" / "readme_api.py"), "--check"],
+def test_api_reference_is_generated_from_the_code():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "api_reference.py"), "--check"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

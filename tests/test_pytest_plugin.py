@@ -7,10 +7,13 @@ in a folder outside this repository, as a learner's CI would.
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -273,6 +276,23 @@ NEAR_MISSES = [
     (f"{tempfile.gettempdir()}/checkpoint_3", f"{tempfile.gettempdir()}/checkpoint_7"),
     (f"{REPO}/notebooks/01.ipynb", f"{REPO}/notebooks/02.ipynb"),
     ("<function f at 0x7f3a>", "<function g at 0x7f3a>"),
+    # Trainer's output: its speed metrics differ too, but the loss, the flops, the learning rate differ as well
+    ("{'train_runtime': '1.282', 'train_samples_per_second': '12.4', 'train_loss': '2.345', 'epoch': '1'}",
+     "{'train_runtime': '3.907', 'train_samples_per_second': '4.09', 'train_loss': '2.346', 'epoch': '1'}"),
+    ("TrainOutput(global_step=2, training_loss=8.493422508239746, metrics={'train_runtime': 0.2143, "
+     "'train_steps_per_second': 9.334, 'total_flos': 1247330304.0})",
+     "TrainOutput(global_step=2, training_loss=8.493422508239747, metrics={'train_runtime': 0.0905, "
+     "'train_steps_per_second': 22.1, 'total_flos': 1247330304.0})"),
+    ("'train_runtime': 0.2, 'total_flos': 1247330304.0", "'train_runtime': 0.3, 'total_flos': 2494660608.0"),
+    ("{'loss': '8.899', 'grad_norm': '61.61', 'learning_rate': '5e-05'}",
+     "{'loss': '8.899', 'grad_norm': '61.61', 'learning_rate': '5e-04'}"),
+    ("  train_loss               =     8.4934\n  train_runtime            = 0:00:00.21",
+     "  train_loss               =     8.4935\n  train_runtime            = 0:00:01.07"),
+    ("{'max_runtime': 30.0, 'samples_per_second': 4.0}", "{'max_runtime': 300.0, 'samples_per_second': 40.0}"),
+    ("'train_runtime_limit': '30'", "'train_runtime_limit': '300'"),
+    # trnlab.run_summary(): the graph count is compared; other words with whole seconds are too
+    ("this notebook compiled 14 graph(s) in 28 s on cpu", "this notebook compiled 15 graph(s) in 31 s on cpu"),
+    ("the job compiled 2 graph(s) in 30 s on cpu", "the job compiled 2 graph(s) in 300 s on cpu"),
 ]
 
 #: Outputs that differ only by machine, run or backend: they must compare equal.
@@ -303,6 +323,24 @@ SAME = [
     ("cache ~/.cache/huggingface", f"cache {os.path.expanduser('~')}/.cache/huggingface"),
     ("(<site-packages>/transformers/utils/deprecation.py:121)",
      f"({REPO}/.venv/lib/python3.11/site-packages/transformers/utils/deprecation.py:121)"),
+    # Trainer's speed metrics as transformers 5.24 prints them: PrinterCallback, TrainOutput, evaluate(), log_metrics
+    ("{'train_runtime': '0.2143', 'train_samples_per_second': '37.34', 'train_steps_per_second': '9.334', "
+     "'train_loss': '8.493', 'epoch': '1'}",
+     "{'train_runtime': '1.282e+04', 'train_samples_per_second': '0.0006', 'train_steps_per_second': '3.1', "
+     "'train_loss': '8.493', 'epoch': '1'}"),
+    ("TrainOutput(global_step=2, training_loss=8.49, metrics={'train_runtime': 0.2143, 'train_samples_per_second': "
+     "37.337, 'train_steps_per_second': 9.334, 'total_flos': 1247330304.0, 'train_loss': 8.49, 'epoch': 1.0})",
+     "TrainOutput(global_step=2, training_loss=8.49, metrics={'train_runtime': 12.5, 'train_samples_per_second': "
+     "0.64, 'train_steps_per_second': 0.16, 'total_flos': 1247330304.0, 'train_loss': 8.49, 'epoch': 1.0})"),
+    ("{'eval_loss': 8.1,\n 'eval_runtime': 0.0512,\n 'eval_samples_per_second': 156.25,\n 'eval_wiki_steps_per_second': 39.06}",
+     "{'eval_loss': 8.1,\n 'eval_runtime': 3.1,\n 'eval_samples_per_second': 2.581,\n 'eval_wiki_steps_per_second': 1e-05}"),
+    ('{"train_runtime": 1.28, "train_tokens_per_second": 1234.5}', '{"train_runtime": 9.0, "train_tokens_per_second": 98.1}'),
+    ("  train_loss               =     8.4934\n  train_runtime            = 0:00:00.21\n"
+     "  train_samples_per_second =     37.337",
+     "  train_loss               =     8.4934\n  train_runtime            = 1 day, 0:00:04.07\n"
+     "  train_samples_per_second =      0.001"),
+    # trnlab.run_summary()'s whole seconds
+    ("this notebook compiled 14 graph(s) in 9 s on cpu", "this notebook compiled 14 graph(s) in 312 s on cpu"),
 ]
 
 
@@ -321,6 +359,74 @@ def test_sanitize_masks_each_value_in_its_context():
     assert sanitize("torch 2.13.0+cpu, transformers 5.24.0") == "torch <VERSION>, transformers <VERSION>"
     assert sanitize("<Foo at 0x7f3a> took 12.5 s, 3.0 tok/s") == "<Foo at <ADDR>> took <TIME>, <RATE>"
     assert sanitize("timeout 30 s, crc 0x7f3a, /home/me/x/y") == "timeout 30 s, crc 0x7f3a, /home/me/x/y"
+    assert sanitize("{'train_runtime': '1.282', 'train_steps_per_second': '3.1', 'train_loss': '2.345'}") == \
+        "{'train_runtime': <TIME>, 'train_steps_per_second': <RATE>, 'train_loss': '2.345'}"
+
+
+def test_run_summarys_own_seconds_are_masked_and_its_graph_count_is_not(monkeypatch):
+    from trnlab import notebook
+    from trnlab.compile_tracking import graphs_compiled
+
+    summaries, now = {}, time.perf_counter()
+    monkeypatch.setattr(time, "perf_counter", lambda: now)  # the clock run_summary() reads
+    for graphs, seconds in [(0, 9.4), (0, 312.2), (3, 9.4)]:
+        monkeypatch.setattr(notebook, "_run", {"start": now - seconds, "device": "cpu",
+                                               "graphs": graphs_compiled() - graphs, "neffs": 0})
+        summaries[graphs, seconds] = notebook.run_summary()
+    assert summaries[0, 9.4].startswith("this notebook compiled 0 graph(s) in 9 s on cpu\n"), summaries
+    assert summaries[0, 312.2].startswith("this notebook compiled 0 graph(s) in 312 s on cpu\n"), summaries
+    assert sanitize(summaries[0, 9.4]) == sanitize(summaries[0, 312.2])
+    assert sanitize(summaries[3, 9.4]) != sanitize(summaries[0, 9.4])
+
+
+#: A learner's notebook that fine-tunes with Trainer (two steps of the bundled model on CPU), for
+#: strict --nbval: disable_tqdm=True prints Trainer's logs; its default in Jupyter, an HTML progress
+#: bar, cannot pass strict nbval (nbval compares the bar's first frame with the stored last one).
+TRAINER_CELLS = [
+    """import torch
+import trnlab
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+from trnlab.assets import BUNDLED_MODEL_DIR
+
+device = trnlab.setup("cpu")
+model = AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR)
+rows = [{"input_ids": torch.arange(1 + i, 17 + i), "labels": torch.arange(1 + i, 17 + i)} for i in range(8)]""",
+    """args = TrainingArguments(output_dir="out", max_steps=2, per_device_train_batch_size=4, logging_steps=1,
+                         use_cpu=True, disable_tqdm=True, save_strategy="no", report_to="none", seed=0)
+trainer = Trainer(model=model, args=args, train_dataset=rows)
+trainer.train()""",
+    "trainer.log_metrics('train', trainer.state.log_history[-1])\ntrainer.state.log_history",
+    "print(trnlab.run_summary())",
+]
+
+
+def test_strict_nbval_passes_on_a_trainer_notebook_because_of_the_course_patterns(tmp_path):
+    """A real Trainer run stored executed, then run under --nbval (every cell compared)."""
+    path = _notebook(tmp_path / "trainer.ipynb", TRAINER_CELLS)
+    nb = nbformat.read(path, as_version=4)
+    logs, result = nb.cells[1].outputs[0]["text"], nb.cells[1].outputs[-1]["data"]["text/plain"]
+    assert "'train_runtime': '" in logs and "'train_loss': '" in logs, logs  # PrinterCallback's quoted numbers
+    assert result.startswith("TrainOutput(global_step=2, ") and "metrics={'train_runtime': " in result, result
+    assert "  train_runtime            = 0:00:0" in nb.cells[2].outputs[0]["text"], nb.cells[2].outputs
+    assert "'total_flos': " in nb.cells[2].outputs[-1]["data"]["text/plain"]  # deterministic: compared
+    # Stored by a slower machine: run_summary's whole seconds must not match by chance.
+    summary = nb.cells[3].outputs[0]
+    summary["text"] = re.sub(r" in (\d+) s on ", lambda m: f" in {int(m[1]) + 60} s on ", summary["text"], count=1)
+    nbformat.write(nb, path)
+    changed = copy.deepcopy(nb)  # a real difference, in the same printout as the speed metrics
+    changed.cells[1].outputs[0]["text"] = re.sub(r"'train_loss': '[\d.]+'", "'train_loss': '9.999'", logs)
+    nbformat.write(changed, tmp_path / "changed_loss.ipynb")
+
+    done = _pytest(tmp_path, "-rA", mode="--nbval")
+    out = done.stdout
+    assert all(f"PASSED trainer.ipynb::Cell {n}" in out for n in range(4)), out
+    assert "FAILED changed_loss.ipynb::Cell 1" in out and "'9.999'" in out, out  # in nbval's diff
+    assert "1 failed, 9 passed" in out, out  # 4 cells and the rules, twice; one cell fails
+    no_course = _pytest(path, "-rA", "--trnlab-no-sanitize", mode="--nbval")
+    assert "PASSED trainer.ipynb::Cell 0" in no_course.stdout, no_course.stdout
+    assert all(f"FAILED trainer.ipynb::Cell {n}" in no_course.stdout for n in (1, 2, 3)), no_course.stdout
+    no_plugin = _pytest(path, mode="--nbval", plugin=False)
+    assert no_plugin.returncode == 1 and "3 failed, 1 passed" in no_plugin.stdout, no_plugin.stdout
 
 
 # --- bundled-model cells ---------------------------------------------------------------------

@@ -86,20 +86,12 @@ def test_quiet_transformers_silences_logs_and_bars_only_inside():
     assert logging.get_verbosity() == level
 
 
-def test_progress_bars_toggle_lives_in_settings_and_keeps_its_old_import_path():
-    import warnings
-
+def test_progress_bars_toggle_lives_in_settings():
     from transformers.utils import logging
 
     from trnlab import settings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from trnlab.models import progress_bars  # the path notebook 02 used before: still there, no warning
-    assert progress_bars is settings.progress_bars and "progress_bars" in settings.__all__
-    with pytest.warns(FutureWarning, match=r"quiet_transformers\(progress_bars=\.\.\.\).*hide_progress_bars="):
-        with settings.quiet_transformers(progress_bars=True):  # the keyword's old name
-            assert not logging.is_progress_bar_enabled()
+    assert "progress_bars" in settings.__all__
     bars = logging.is_progress_bar_enabled()
     try:
         for before in (True, False):

@@ -63,18 +63,26 @@ def page_trainer(model, args, rows, collator, callbacks=(), static=True):
     return trainer
 
 
-def test_precision_choice_per_device():
-    assert training.precision_choice("cpu")[0] is False and "float32" in training.precision_choice("cpu")[1]
+def test_precision_choice_says_the_dtype_the_weights_were_loaded_in(tokenizer, packed, tmp_path):
+    model = tiny_model(tokenizer).to(torch.bfloat16)  # as TRNLAB_DTYPE=bfloat16 loads it
+    bf16, reason = training.precision_choice("cpu", model)
+    assert bf16 is False and "so this run trains in bfloat16, the dtype the weights were loaded in;" in reason
+    assert "trains in float32, the dtype the weights" in training.precision_choice("cpu", torch.float32)[1]
+    assert "trains in the dtype the weights were loaded in (pass the model" in training.precision_choice("cpu")[1]
+    assert "emulated" not in reason and "on Trainium the same call picks bf16=True." in reason
+    with pytest.raises(TypeError, match="weights must be the loaded model or its torch dtype"):
+        training.precision_choice("cpu", "bfloat16")
+    # The reason is true: with bf16=False the Trainer trains the bf16 weights as they are.
+    page_trainer(model, page_arguments(tmp_path, backend=None, torch_compile=False), packed,
+                 data.PaddingCollator(tokenizer.pad_token_id, (16,))).train()
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
 
 
-def test_deprecated_training_arguments_warns_and_still_works(tmp_path, capsys):
-    with pytest.warns(FutureWarning, match=r"trnlab.training_arguments is deprecated and will be removed in "
-                                           r"trnlab 0.3: write TrainingArguments\(output_dir=\.\.\., bf16=bf16, "
-                                           r"torch_compile=True, dataloader_drop_last=True"):
-        args = training.training_arguments(tmp_path, torch.device("cpu"), max_steps=3)
+def test_page_arguments_are_the_page_s_call_with_the_course_s_choices(tmp_path, capsys):
+    args = training.page_arguments(tmp_path, torch.device("cpu"), max_steps=3, verbose=True)
     out = capsys.readouterr().out
     assert args.device.type == "cpu" and args.use_cpu
-    assert args.bf16 is False and "bf16=False" in out and "float32" in out
+    assert args.bf16 is False and "bf16=False" in out and "trains in the dtype the weights were loaded in" in out
     # Left unset, the backend is the one Transformers picks: inductor off Trainium.
     assert args.torch_compile is True and args.torch_compile_backend == "inductor"
     assert "torch_compile_backend: 'inductor'" in out
@@ -99,16 +107,17 @@ def neuron_for_transformers(fake_neuron, monkeypatch):
 def test_training_arguments_on_neuron(neuron_for_transformers, tmp_path):
     from transformers import TrainingArguments
 
-    # The page's own call, under the simulated trn2: Transformers picks the device and the backend.
+    # The page's own call, under a fake trn2: Transformers picks the device and the backend.
     args = TrainingArguments(output_dir=str(tmp_path), bf16=True, torch_compile=True)
     assert str(args.device) == "neuron:0" and args.bf16 is True and args.torch_compile_backend == "neuron"
     bf16, reason = training.precision_choice(torch.device("neuron", 0))
-    assert bf16 is True and "every Trainium generation" in reason
-    with pytest.warns(FutureWarning, match="training_arguments is deprecated"):
-        old = training.training_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, verbose=False)
-    assert old.torch_compile_backend == "neuron" and old.bf16 is True
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="backend .inductor. cannot compile for a NeuronCore"):
-        training.training_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, compile_backend="inductor")
+    assert bf16 is True and reason == "bf16=True: every Trainium generation computes in bfloat16 natively."
+    assert training.precision_choice("neuron", torch.float32)[1].endswith(
+        "; the float32 weights stay float32 (bf16=True is mixed precision).")
+    built = training.page_arguments(tmp_path, torch.device("neuron", 0), max_steps=3)
+    assert built.torch_compile_backend == "neuron" and built.bf16 is True
+    with pytest.raises(ValueError, match="backend .inductor. cannot compile for a NeuronCore"):
+        training.page_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, compile_backend="inductor")
 
 
 def test_static_shape_compiles_gives_dynamic_false_off_neuron(tokenizer, packed, tmp_path, monkeypatch):
@@ -129,42 +138,6 @@ def test_static_shape_compiles_gives_dynamic_false_off_neuron(tokenizer, packed,
     assert training.compile_settings(visible)["dynamic"] is False
     eager = page_arguments(tmp_path, torch_compile=False, torch_compile_backend=None)
     assert training.compile_settings(page_trainer(tiny_model(tokenizer), eager, packed, collator)) == {}
-
-
-def test_deprecated_make_trainer_warns_and_compiles_with_static_shapes(tokenizer, packed, tmp_path):
-    collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
-    with pytest.warns(FutureWarning, match=r"trnlab.make_trainer is deprecated.*write os.environ\[\"ACCELERATE_DYNAMO_"
-                                           r"USE_DYNAMIC\"\] = \"false\".*Trainer\(model=model"):
-        trainer = training.make_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"),
-                                        packed, collator)
-    assert training.compile_settings(trainer)["dynamic"] is False
-
-
-def test_deprecated_train_strategy_warns_once_and_trains(tokenizer, tmp_path):
-    import warnings
-
-    texts = data.training_texts(24, seed=1)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        trainer, recorder = training.train_strategy("fixed", tiny_model(tokenizer), tokenizer, texts, tmp_path, "cpu",
-                                                    length=32, max_steps=2, batch_size=2, compile_backend="eager",
-                                                    disable_tqdm=True)
-    future = [w for w in caught if issubclass(w.category, FutureWarning)]
-    assert len(future) == 1 and "trnlab.train_strategy is deprecated" in str(future[0].message)
-    assert "trnlab.data.strategy_dataset(strategy, tokenizer, texts, length)" in str(future[0].message)
-    assert future[0].filename == __file__  # the warning points at the caller's line
-    assert recorder.shapes == [(2, 32)] and recorder.graphs == 1 and len(recorder.losses) == 2
-
-
-def test_format_table_moved_to_plots_with_a_warning():
-    import trnlab
-
-    with pytest.warns(FutureWarning, match=r"trnlab.training.format_table is deprecated.*write "
-                                           r"trnlab.plots.format_table \(or trnlab.format_table\) instead"):
-        moved = training.format_table
-    assert moved is plots.format_table is trnlab.format_table
-    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
-        training.no_such_name
 
 
 def _rows_of_distinct_lengths(tokenizer, n):
@@ -241,8 +214,8 @@ def test_last_checkpoint_without_checkpoints(tmp_path):
 
 
 def test_bad_training_inputs(tmp_path):
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="max_steps must be at least 1"):
-        training.training_arguments(tmp_path, "cpu", max_steps=0, verbose=False)
+    with pytest.raises(ValueError, match="max_steps must be at least 1"):
+        training.page_arguments(tmp_path, "cpu", max_steps=0)
     with pytest.raises(ValueError, match="step must be at least 1"):
         training.StopAtStep(0)
 
@@ -272,32 +245,7 @@ def test_comparison_table_and_chart():
     assert [t.get_text() for t in visible[2].texts] == ["n/a"]  # dynamic: no steady step to measure
 
 
-def test_live_plot_replaces_the_notebook_loss_table(tokenizer, packed, tmp_path, monkeypatch):
-    import transformers.trainer
-    from transformers.utils.notebook import NotebookProgressCallback
-
-    # What Trainer does when it runs inside Jupyter: its progress callback is the notebook one.
-    monkeypatch.setattr(transformers.trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)
-    # Deprecated behaviour of make_trainer, kept until trnlab 0.3.
-    args = page_arguments(tmp_path, torch_compile=False, torch_compile_backend=None, disable_tqdm=False)
-    collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
-    with pytest.warns(FutureWarning, match="make_trainer is deprecated"):
-        plain = training.make_trainer(tiny_model(tokenizer), args, packed, collator)
-    assert [type(c) for c in plain.callback_handler.callbacks if isinstance(c, NotebookProgressCallback)] == \
-        [NotebookProgressCallback]
-    args = page_arguments(tmp_path, torch_compile=False, torch_compile_backend=None, disable_tqdm=False)
-    with pytest.warns(FutureWarning, match="make_trainer is deprecated"):
-        with_plot = training.make_trainer(tiny_model(tokenizer), args, packed, collator,
-                                          callbacks=[training.LiveLossPlot()])
-    bars = [c for c in with_plot.callback_handler.callbacks if isinstance(c, NotebookProgressCallback)]
-    assert [type(c).__name__ for c in bars] == ["NotebookProgressBar"]
-    state = type("State", (), {"global_step": 1, "max_steps": 1})()
-    bars[0].on_train_begin(args, state, None)
-    bars[0].on_log(args, state, None, logs={"loss": 1.0})
-    assert bars[0].training_tracker.inner_table is None  # a bar, and no table of losses under it
-
-
-def test_notebook_04_writes_the_page_calls_not_the_deprecated_helpers():
+def test_notebook_04_writes_the_page_calls():
     import json
     import re
     from pathlib import Path
@@ -310,8 +258,6 @@ def test_notebook_04_writes_the_page_calls_not_the_deprecated_helpers():
                for call in calls), calls
     assert "Trainer(model=" in source and ".train(" in source
     assert 'os.environ["ACCELERATE_DYNAMO_USE_DYNAMIC"] = "false"' in source  # static shapes, visibly
-    for hidden in ("training_arguments(", "make_trainer(", "train_strategy(", "fresh_neff_cache"):
-        assert hidden not in source, hidden
     assert "ProfilerActivity.PrivateUse1" in source and "torch.neuron.get_dynamo_metrics()" in source
     assert "format_accelerator_memory(device)" in source
     markdown = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
@@ -319,17 +265,7 @@ def test_notebook_04_writes_the_page_calls_not_the_deprecated_helpers():
         assert wrong not in markdown, wrong
 
 
-def test_callbacks_moved_to_their_module_and_keep_their_old_paths():
-    import trnlab
-    from trnlab import callbacks
-
-    for name in ("TrainingRecorder", "StepRecord", "LiveLossPlot", "StopAtStep"):
-        assert getattr(training, name) is getattr(callbacks, name)
-    for name in ("TrainingRecorder", "LiveLossPlot", "StopAtStep"):
-        assert getattr(trnlab, name) is getattr(callbacks, name)
-
-
-def test_the_deprecated_wrapper_and_the_benchmark_build_arguments_one_way(tmp_path):
+def test_the_benchmark_builds_its_arguments_with_page_arguments(tmp_path):
     import warnings
 
     from trnlab.bench import train as bench_train
@@ -340,9 +276,5 @@ def test_the_deprecated_wrapper_and_the_benchmark_build_arguments_one_way(tmp_pa
     assert (built.bf16, built.torch_compile, built.torch_compile_backend, built.dataloader_drop_last,
             built.use_cpu, built.max_steps, built.per_device_train_batch_size) == (
         False, True, "eager", True, True, 2, 3)
-    with pytest.warns(FutureWarning):
-        old = training.training_arguments(tmp_path, "cpu", max_steps=2, batch_size=3, compile_backend="eager",
-                                          verbose=False)
-    assert old.to_dict() == built.to_dict()
     names = bench_train.train_one.__code__.co_names  # what the benchmark's code calls, not its prose
     assert "page_arguments" in names and "TrainingArguments" not in names

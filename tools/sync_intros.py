@@ -1,4 +1,4 @@
-"""Copy each notebook's measured run time and graph count into its introduction.
+"""Copy each notebook's measured run time and graph count into its introduction and the README's table.
 
     python tools/sync_intros.py notebooks/[0-9]*.ipynb          # rewrite the introductions
     python tools/sync_intros.py --check notebooks/[0-9]*.ipynb  # exit 1 if one is out of date
@@ -6,7 +6,9 @@
 A notebook's last cell, ``print(trnlab.run_summary())``, stores ``this notebook compiled G
 graph(s) in T s on DEVICE``; its first markdown cell says "about N s" (or "about N min") and
 "G graph(s)". ``make notebooks`` runs this after executing them, so the figures in the prose
-are always the stored output's, never typed by hand (tests/test_notebooks.py checks them).
+are always the stored output's, never typed by hand (tests/test_notebooks.py checks them). The
+README's notebook table (between its ``notebook-table`` markers) gets each notebook's graph count in
+its last column.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 SUMMARY = re.compile(r"this notebook compiled (\d+) graph\(s\) in (\d+) s on ")
 DURATION = re.compile(r"about \d+ (?:s|min)\b")
 GRAPHS = re.compile(r"\b\d+ graph\(s\)")
+README = Path(__file__).resolve().parent.parent / "README.md"
+TABLE_ROW = re.compile(r"^(\| `(\w+)` \|.*\| )(\d+)( \|)$", re.M)
 
 
 def intro_duration(seconds: int) -> str:
@@ -63,6 +67,14 @@ def sync(path: Path, check: bool = False) -> bool:
     return False
 
 
+def synced_readme(text: str, graphs: dict[str, int]) -> str:
+    """``text`` (the README) with each notebook row's last column set to ``graphs[notebook stem]``."""
+    head, rest = text.split("<!-- notebook-table", 1)
+    table, tail = rest.split("<!-- end of notebook-table -->", 1)
+    table = TABLE_ROW.sub(lambda m: f"{m[1]}{graphs.get(m[2], m[3])}{m[4]}", table)
+    return f"{head}<!-- notebook-table{table}<!-- end of notebook-table -->{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
@@ -78,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     for path in stale:
         print(f"{path}: introduction {'out of date' if args.check else 'updated'} from its run_summary() output")
+    readme = README.read_text()
+    new = synced_readme(readme, {p.stem: measured(json.loads(p.read_text()))[0] for p in args.notebooks})
+    if new != readme:
+        stale.append(README)
+        print(f"README.md: notebook table {'out of date' if args.check else 'updated'} from run_summary() outputs")
+        if not args.check:
+            README.write_text(new)
     return 1 if args.check and stale else 0
 
 

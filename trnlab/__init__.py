@@ -1,74 +1,12 @@
 """trnlab: helpers for the course "Hugging Face Transformers on AWS Trainium".
-
-Each helper is small and named for one idea; the notebooks in ``notebooks/`` call them, and
-they work the same in your own notebooks. The code takes the ``neuron`` path whenever a
-neuron device is available and runs for real on CUDA or CPU otherwise.
-
-What is exported where (the rule every module follows):
-
-* **Top level** (``trnlab.load_model``, listed in :data:`__all__` and grouped in :data:`GROUPS`
-  the way the course teaches): the names a learner calls in their own notebook, one entry
-  point per idea, as the notebooks and the README teach them. Siblings (the same job on the
-  same kind of thing: ``format_table`` and ``format_steps``, ``padding_waste`` and
-  ``real_tokens``) are exported together. Names are imported on first use, so ``import trnlab``
-  stays fast.
-* **Module level** (``from trnlab.data import batches``): every module lists its public names
-  in its own ``__all__``: the top-level ones it defines plus its building blocks, checks and
-  constants. The README's API section lists both.
-* **Private**: a leading underscore, in no ``__all__``.
-* **Deprecated**: in no ``__all__``; a renamed or retired name or keyword still works for one
-  release (:data:`DEPRECATED_NAMES`, a module's ``__getattr__``, :mod:`trnlab.deprecation`) and
-  warns with a ``FutureWarning`` saying what to write instead.
-
-Each name lives in the module of its concern:
-
-=======================  ==================================================================
-module                   concern
-=======================  ==================================================================
-``settings``             every ``TRNLAB_*`` variable and course default; :func:`knob` for a
-                         notebook's parameter cell; environment changes inside a block
-``deprecation``          renamed names and keywords, for one release
-``compat``               every touch of a library's private internals
-``device``               neuron > cuda > cpu, device maps, dtypes, accelerator memory
-``doctor``               ``python -m trnlab doctor``: the machine report
-``notebook``             the setup call at the top of a notebook, the summary at its end
-``simulate``             a simulated Neuron device: what the libraries decide on a trn2
-``assets``               the bundled tiny Qwen3, its corpus and example prompt, shipped configs
-``models``               loading the course model and tokenizer (``TRNLAB_MODEL``)
-``generation``           prompts in one form, generation on an explicit device
-``buckets``              shape bucketing for generation
-``compile_tracking``     counting graphs, the compile backend, forgetting compiled graphs
-``data``                 training data with static shapes: fixed length, packing, buckets
-``training``             what surrounds ``TrainingArguments`` and ``Trainer``
-``callbacks``            ``Trainer`` callbacks: the step recorder, the live loss plot, a stop
-``instances``            the Trainium instance table
-``mesh``                 does a ``DistributedConfig`` mesh fit the processes and the model
-``sharding``             a model as the planner reads it: config, parameters, each rank's piece
-``memory_model``         bytes per NeuronCore, one function per component
-``planning``             the (tp, fsdp) mesh that fits an instance, and why
-``distributed``          the sharded model of claim 10, inside and outside a rank
-``rank_cores``           inside each torchrun rank: its own NeuronCore, then the script
-``launcher``             building ``torchrun`` commands, multi-node commands, Slurm
-``runner``               starting, streaming and stopping the launched processes
-``cli``                  ``python -m trnlab launch`` / ``plan``: argparse and ``main`` only
-``plots``                every chart
-``tables``               every text table
-``widgets``              interactive controls (ipywidgets) for the notebooks
-``bench.workload``       the generation workload harness: a stream of prompts, graphs per request
-``bench.timing``         first call against steady state, and whether two timings differ
-``bench.generate``,      ``python -m trnlab bench generate`` / ``bench train``
-``bench.train``
-``scripts``              scripts that ``trnlab.launch`` runs under torchrun
-``pytest_plugin``        the course's nbval rules for your own CI
-``launch``               deprecated: the old name of ``launcher`` (``trnlab.launch`` is the function)
-=======================  ==================================================================
-"""
+Top-level names (grouped in :data:`GROUPS`) are what a notebook calls, imported on first use; each module lists
+its building blocks in its own ``__all__``, and a leading underscore marks a private name (see docs/api.md)."""
 
 from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Public names, grouped as the course teaches them: ``{group: {name: module}}``.
 GROUPS: dict[str, dict[str, str]] = {
@@ -78,7 +16,6 @@ GROUPS: dict[str, dict[str, str]] = {
         "show_report": "doctor", "device_report": "device", "detect_backend": "device",
         "pick_device": "device", "resolve_device_map": "device", "resolve_dtype": "device",
         "DeviceNotAvailableError": "device", "accelerator_memory": "device", "format_accelerator_memory": "device",
-        "simulate_neuron": "simulate", "simulated_decisions": "simulate",
     },
     "Load the model (notebooks 01-05)": {
         "load_model": "models", "load_tokenizer": "models", "load_config": "models", "model_name": "models",
@@ -138,18 +75,9 @@ CONSTANTS = {
 
 __all__ = list(_MODULE_OF)
 
-#: Deprecated names that still resolve for one release, not in ``__all__``: ``{old name: module}``.
-#: Each warns (``FutureWarning``) when used, saying what to write instead.
-DEPRECATED_NAMES: dict[str, str] = {
-    "bucket_padding_tokens": "buckets", "waste_by_bucket_count": "buckets", "reset_compile_state": "compile_tracking",
-    "fresh_neff_cache": "compile_tracking", "training_arguments": "training", "make_trainer": "training",
-    "train_strategy": "training",
-}
-
-
 def __getattr__(name: str):
     # Import a public name's module on first use (PEP 562), so `import trnlab` stays light.
-    module = _MODULE_OF.get(name) or DEPRECATED_NAMES.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'trnlab' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"trnlab.{module}"), name)

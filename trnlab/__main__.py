@@ -1,8 +1,5 @@
 """``python -m trnlab COMMAND``: the course's command line.
-
-Commands are looked up in :data:`COMMANDS` and imported only when run, so ``doctor``
-stays fast and works even when an optional part is broken.
-"""
+Commands in :data:`COMMANDS` are imported only when run, so ``doctor`` works even when an optional part is broken."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """Shape bucketing: pad prompts to a few fixed lengths so a workload compiles a few graphs.
-
-On Trainium every new input shape compiles a new graph (claims 2 and 9). Bucketing pads
-each prompt up to the smallest of a few chosen lengths, so any stream of prompts compiles at
-most one graph per bucket:
-
-- :func:`bucket_for` and :class:`ShapeBuckets` say which bucket a prompt goes to, and the
-  one static cache length every request uses;
-- :func:`choose_buckets` picks the ``k`` bucket lengths that waste the fewest pad tokens,
-  exactly (a dynamic programme), and :func:`padding_by_bucket_count` tabulates that against
-  ``k`` for a plot;
-- :func:`bucket_pad_tokens` counts the pad tokens a set of buckets adds.
-
-Waste is always named the same way in trnlab: ``pad_tokens`` is a count, ``padding_waste``
-a fraction of all tokens processed (pads included). Notebook 03 and
-``python -m trnlab bench generate`` use this module; :func:`trnlab.bucketed_generate` runs
-generation through a bucket.
-"""
+On Trainium every new input shape compiles a new graph (claims 2 and 9); bucketed, a workload compiles at most one
+graph per bucket. ``pad_tokens`` is a count, ``padding_waste`` a fraction of all tokens processed (pads included)."""
 
 from __future__ import annotations
 
@@ -24,8 +9,6 @@ import operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
-
-from trnlab.deprecation import warn_deprecated as _deprecated
 
 __all__ = [
     "PromptTooLongError", "ShapeBuckets", "bucket_for", "bucket_pad_tokens", "check_lengths", "choose_buckets",
@@ -43,11 +26,7 @@ _WHAT_TO_PASS = {
 
 def check_lengths(lengths: Iterable[int], max_positions: int | None = None, what: str = "prompt lengths") -> list[int]:
     """``lengths`` as a list of positive token counts, or a ``TypeError``/``ValueError`` saying what to pass.
-
-    Rejects strings, empty sequences, bools, floats and non-positive values; with
-    ``max_positions`` (the model's ``max_position_embeddings``) also lengths beyond it.
-    ``what`` names the argument in the message (``"prompt lengths"`` or ``"buckets"``).
-    """
+    Also rejects lengths beyond ``max_positions`` (``max_position_embeddings``); ``what`` names the argument."""
     if isinstance(lengths, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of token counts, not a string")
     try:
@@ -79,10 +58,7 @@ class PromptTooLongError(ValueError):
 
 def bucket_for(length: int, buckets: Sequence[int]) -> int:
     """The smallest bucket that holds a prompt of ``length`` tokens.
-
-    Raises :class:`PromptTooLongError` when ``length`` exceeds every bucket: padding cannot
-    shorten a prompt, and silently cutting it would change the answer.
-    """
+    Raises :class:`PromptTooLongError` when ``length`` exceeds every bucket: padding cannot shorten a prompt."""
     buckets = check_lengths(buckets, what="buckets")
     fitting = [b for b in buckets if b >= length]
     if not fitting:
@@ -100,25 +76,10 @@ def bucket_pad_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:
     return sum(bucket_for(n, buckets) - n for n in lengths)
 
 
-def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = None, *,
-                   max_length: int | None = None) -> tuple[int, ...]:
+def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = None) -> tuple[int, ...]:
     """The at most ``k`` bucket lengths that minimise :func:`bucket_pad_tokens` for ``lengths``.
-
-    ``lengths`` are the token counts of a sample of prompts, ``k`` the graph budget. An
-    optimal bucket set uses only sample lengths (lowering a bucket to the longest prompt it
-    holds only saves padding) and must contain the longest, so a dynamic programme over the
-    sorted distinct lengths finds it exactly: ``best[m][j]`` is the least waste covering the
-    first ``j + 1`` distinct lengths with ``m`` buckets, the last one at length ``j``. With
-    ``k`` at least the number of distinct lengths every length is its own bucket (no waste).
-    ``max_positions`` (e.g. ``max_position_embeddings``) rejects lengths the model cannot take
-    (``max_length=``, its old name, still works with a ``FutureWarning``).
-    Notebook 03 plots the waste against ``k``.
-    """
-    if max_length is not None:
-        if max_positions is not None:
-            raise TypeError("choose_buckets got max_positions and max_length (its old name): pass max_positions only")
-        _deprecated("choose_buckets(max_length=...)", "choose_buckets(..., max_positions=...)")
-        max_positions = max_length
+    ``lengths`` is a sample of prompt lengths and ``k`` the graph budget; a dynamic programme over the sorted distinct
+    lengths finds the optimum exactly. ``max_positions`` rejects lengths the model cannot take."""
     given = k
     try:
         k = -1 if isinstance(k, bool) else operator.index(k)
@@ -160,11 +121,8 @@ def choose_buckets(lengths: Iterable[int], k: int, max_positions: int | None = N
 
 
 def padding_by_bucket_count(lengths: Iterable[int], max_k: int) -> list[dict]:
-    """For k = 1 .. ``max_k``: the chosen buckets, their ``pad_tokens`` and ``padding_waste``.
-
-    ``padding_waste`` is pad tokens over all tokens the model processes (prompts + pads).
-    Returns one dict per ``k``; notebook 03 plots it with :func:`trnlab.plot_padding_waste`.
-    """
+    """For k = 1 .. ``max_k``, one dict each: the chosen buckets, their ``pad_tokens`` and ``padding_waste``.
+    ``padding_waste`` is pad tokens over all tokens the model processes (prompts + pads)."""
     lengths = check_lengths(lengths)
     rows = []
     for k in range(1, max_k + 1):
@@ -178,12 +136,8 @@ def padding_by_bucket_count(lengths: Iterable[int], max_k: int) -> list[dict]:
 @dataclass(frozen=True)
 class ShapeBuckets:
     """The static shapes a bucketed workload compiles: prompt lengths and one cache length.
-
-    Prompts are left-padded up to the smallest bucket that holds them, and every request
-    gets a static cache of :attr:`cache_length` = longest bucket + ``max_new_tokens``. Then
-    the decode step always has the same shapes (one graph), and the prefill one shape per
-    bucket: at most one graph per bucket plus the decode graph, for any workload.
-    """
+    Prompts are left-padded to the smallest bucket that holds them, with a static cache of :attr:`cache_length` =
+    longest bucket + ``max_new_tokens``: at most one graph per bucket plus the decode graph."""
 
     lengths: tuple[int, ...]
     max_new_tokens: int
@@ -217,22 +171,3 @@ class ShapeBuckets:
                 f"{self.cache_length} positions, but the model has max_position_embeddings={limit}: "
                 "lower the longest bucket or max_new_tokens")
 
-
-# ---------------------------------------------------------------------------------------------
-# Deprecated names (trnlab 0.1 had them in trnlab.generation); removed in trnlab 0.3
-# ---------------------------------------------------------------------------------------------
-
-
-def bucket_padding_tokens(lengths: Iterable[int], buckets: Sequence[int]) -> int:
-    """Deprecated name of :func:`bucket_pad_tokens`."""
-    _deprecated("bucket_padding_tokens", "trnlab.bucket_pad_tokens(lengths, buckets)")
-    return bucket_pad_tokens(lengths, buckets)
-
-
-def waste_by_bucket_count(lengths: Iterable[int], max_k: int) -> list[dict]:
-    """Deprecated name of :func:`padding_by_bucket_count` (rows also keep the old keys
-    ``padded_tokens`` and ``waste_fraction``, now ``pad_tokens`` and ``padding_waste``)."""
-    _deprecated("waste_by_bucket_count", "trnlab.padding_by_bucket_count(lengths, max_k) and read its rows' "
-                "pad_tokens and padding_waste (were padded_tokens and waste_fraction)")
-    return [row | {"padded_tokens": row["pad_tokens"], "waste_fraction": row["padding_waste"]}
-            for row in padding_by_bucket_count(lengths, max_k)]

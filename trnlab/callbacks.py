@@ -1,13 +1,5 @@
 """Trainer callbacks: what happens per step, a live loss curve, and a stop for resuming.
-
-Pass them to ``Trainer(..., callbacks=[...])`` (notebook 04, ``python -m trnlab bench train``):
-
-* :class:`TrainingRecorder`: loss, step time, batch shape and graphs compiled, per step
-  (one :class:`StepRecord` each); give the collator as ``data_collator=recorder.watch(collator)``;
-* :class:`LiveLossPlot`: the loss curve, redrawn in place while a notebook trains;
-* :class:`StopAtStep`: interrupt a run as if the machine went away, to resume it with
-  :func:`trnlab.training.last_checkpoint`.
-"""
+Pass them to ``Trainer(..., callbacks=[...])``."""
 
 from __future__ import annotations
 
@@ -24,7 +16,6 @@ from trnlab.plots import draw_loss_curve
 __all__ = ["LiveLossPlot", "StepRecord", "StopAtStep", "TrainingRecorder"]
 
 
-# ---------------------------------------------------------------------------------------------
 # Recording what happens per step
 
 
@@ -60,16 +51,8 @@ class _WatchedCollator:
 @dataclass
 class TrainingRecorder(TrainerCallback):
     """Callback: per step, the loss, step time, batch shape and graphs compiled so far.
-
-    Graphs are counted with :class:`~trnlab.compile_tracking.CompileTracker` from the start of
-    ``train()``. *Warm-up* is the first ``warmup_steps`` optimizer steps (default 1: the first
-    step captures and compiles the forward; the optimizer step runs eager). With dynamo's
-    ``eager`` backend the backward is ordinary autograd; backends built on AOTAutograd
-    (``aot_eager``, ``inductor``) compile a backward graph too. :attr:`graphs_after_warmup`
-    counts graphs compiled after warm-up: 0 for a static-shape run, one per new shape with
-    dynamic padding. Pass it in ``callbacks`` and the collator as
-    ``data_collator=recorder.watch(collator)``, so each step also knows its batch shape.
-    """
+    Warm-up is the first ``warmup_steps`` optimizer steps; :attr:`graphs_after_warmup` is 0 for a static-shape run.
+    Pass the collator as ``data_collator=recorder.watch(collator)`` so each step knows its batch shape."""
 
     warmup_steps: int = 1
     steps: list[StepRecord] = field(default_factory=list)
@@ -165,11 +148,7 @@ class TrainingRecorder(TrainerCallback):
     @property
     def compiling_step_seconds(self) -> float:
         """Wall seconds of the steps that compiled a graph.
-
-        Dynamo's compile time (``compile_seconds``) covers capturing the forward and handing it
-        to the backend; the rest of a compiling step (its first backward, the optimizer step,
-        and a backward graph an AOTAutograd-based backend compiles lazily) is in this figure.
-        """
+        Includes what dynamo's ``compile_seconds`` leaves out: the first backward and optimizer step, a lazy backward."""
         return sum(s.seconds for s in self.steps if s.new_graphs)
 
     @property
@@ -212,15 +191,11 @@ class TrainingRecorder(TrainerCallback):
         return [dict(s.__dict__) for s in self.steps]
 
 
-# ---------------------------------------------------------------------------------------------
 # Interrupting a run
 
 
 class StopAtStep(TrainerCallback):
-    """Stop training after optimizer step ``step``, as if the machine went away there.
-
-    Notebook 04 and the resume test use it to interrupt a run between two checkpoints.
-    """
+    """Stop training after optimizer step ``step``, as if the machine went away there (to test resuming)."""
 
     def __init__(self, step: int):
         if step < 1:
@@ -233,7 +208,6 @@ class StopAtStep(TrainerCallback):
         return control
 
 
-# ---------------------------------------------------------------------------------------------
 # The live loss curve
 
 
@@ -245,12 +219,8 @@ def _figure_png(fig) -> bytes:
 
 class LiveLossPlot(TrainerCallback):
     """Callback: a loss curve that redraws in place while a notebook trains.
-
-    It shows one image through an IPython display handle and updates it every ``every``
-    steps, with a dotted line at each step that compiled a graph. It renders to PNG itself,
-    so it works the same in JupyterLab and under nbconvert/nbval; outside IPython it draws
-    nothing. ``reference`` (``{step: loss}``) is drawn dashed behind, e.g. an earlier run.
-    """
+    Redrawn every ``every`` steps as PNG (so it works under nbval; nothing outside IPython), dotted where a step
+    compiled; ``reference`` (``{step: loss}``) is drawn dashed behind."""
 
     def __init__(self, title: str = "training loss", every: int = 1,
                  reference: Mapping[int, float] | None = None, reference_label: str = "reference"):

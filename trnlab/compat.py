@@ -1,7 +1,7 @@
 """Every use of a library's private internals, in one place.
 
-trnlab counts compiled graphs, resets generate's compile state, reads Trainer's progress
-bar and simulates a Neuron device (:mod:`trnlab.simulate`) through attributes that torch, Transformers and Accelerate do not promise to keep. Each
+trnlab counts compiled graphs, resets generate's compile state and runs the stand-in neuron device
+(:mod:`trnlab.standin`) through attributes that torch, Transformers and Accelerate do not promise to keep. Each
 such touch is a small named function or constant here, and ``tests/test_compat.py`` checks
 that every one still exists in the installed versions: an upgrade that renames one fails
 that named test instead of silently counting zero graphs. No other trnlab module reaches
@@ -20,8 +20,8 @@ __all__ = [
     "RECOMPILE_LIMIT_EVENT", "accelerate_shared_states", "attention_implementation", "clear_detection_caches",
     "compile_on_every_device", "cpu_mesh_as_multi_device", "default_compile_config", "dynamo_compile_seconds",
     "dynamo_counters", "dynamo_recompile_limit", "dynamo_recompile_limit_hits", "dynamo_recompiles_logger",
-    "dynamo_reset", "dynamo_unique_graphs", "forget_generate_state", "generate_cache_length", "hide_progress_table",
-    "is_parallelism_refusal", "model_device_mesh", "no_compile_caches", "notebook_progress_callback_class",
+    "dynamo_reset", "dynamo_unique_graphs", "forget_generate_state", "generate_cache_length",
+    "is_parallelism_refusal", "model_device_mesh", "no_compile_caches",
     "privateuse1_backend_name", "register_device_module", "strided_shard_class", "trainer_dynamo_plugin",
     "valid_auto_compile_criteria",
 ]
@@ -154,18 +154,6 @@ def trainer_dynamo_plugin(trainer):
     return trainer.accelerator.state.dynamo_plugin
 
 
-def notebook_progress_callback_class():
-    """Trainer's default progress callback class (``NotebookProgressCallback`` in Jupyter)."""
-    from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
-
-    return DEFAULT_PROGRESS_CALLBACK
-
-
-def hide_progress_table(progress_callback) -> None:
-    """Stop a ``NotebookProgressCallback`` from drawing its table of logged losses."""
-    progress_callback.training_tracker.inner_table = None
-
-
 @contextlib.contextmanager
 def cpu_mesh_as_multi_device():
     """Let Accelerate take a model sharded at load time on a gloo CPU mesh, as it does on Trainium.
@@ -221,7 +209,7 @@ def privateuse1_backend_name() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The simulated Neuron device (trnlab.simulate): registering a device module, the libraries'
+# A neuron device module (trnlab.standin, the tests' fake): registering it, the libraries'
 # cached answers about Neuron, Accelerate's remembered device, generate's compile decision
 # ---------------------------------------------------------------------------------------------
 
@@ -232,7 +220,7 @@ def register_device_module(name: str, module) -> None:
 
 #: The hook ``torch.manual_seed`` calls on every registered device module before seeding it
 #: (``torch.random``'s ``_bad_fork_name``): a device module defines a method of this name
-#: (:class:`trnlab.simulate.SimulatedNeuronModule` does).
+#: (:class:`trnlab.standin.StandInNeuronModule` does).
 DEVICE_MODULE_BAD_FORK_HOOK = "_is_in_bad_fork"
 
 #: lru_cache'd library functions whose answer depends on ``torch.neuron`` / CUDA: (module, name).
@@ -294,8 +282,6 @@ INTERNALS = {
     "generate compile state": "GenerationMixin attributes " + ", ".join(GENERATE_STATE_ATTRIBUTES),
     "compile on every device": "CompileConfig._compile_all_devices",
     "attention implementation": "PretrainedConfig._attn_implementation",
-    "progress callback": "transformers.trainer.DEFAULT_PROGRESS_CALLBACK",
-    "progress table": "NotebookProgressCallback.training_tracker.inner_table",
     "dynamo plugin": "Trainer.accelerator.state.dynamo_plugin",
     "multi-device check": "accelerate.Accelerator.multi_device, read by ParallelismConfig._validate_accelerator",
     "model mesh": "PreTrainedModel._device_mesh",
@@ -309,3 +295,51 @@ INTERNALS = {
     "auto-compile decision": "GenerationMixin._valid_auto_compile_criteria",
     "default compile config": "PreTrainedModel._default_compile_config",
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# The STAND-IN neuron device (trnlab.standin): its dynamo backend, built as TorchNeuron's is
+# ---------------------------------------------------------------------------------------------
+
+def aot_autograd(**kwargs):
+    """``torch._dynamo.backends.common.aot_autograd``: a backend that runs AOTAutograd, forward and backward apart."""
+    from torch._dynamo.backends.common import aot_autograd as make
+
+    return make(**kwargs)
+
+
+def aot_graph_name() -> str:
+    """AOTAutograd's name for the graph it compiles: ``model__0_forward_1``, ``..._backward_1``, ``..._inference_0``."""
+    from torch._functorch._aot_autograd.logging_utils import get_aot_graph_name
+
+    return get_aot_graph_name()
+
+
+def graph_symbolic_sizes(gm) -> list[str]:
+    """The symbolic sizes (``s77``...) of a dynamo graph: its fake tensors' ``ShapeEnv.var_to_range``.
+
+    TorchNeuron's DynamicShapeAnalysis reads them from ``meta["val"]``; dynamo 2.13 writes ``meta["example_value"]``.
+    """
+    for node in gm.graph.nodes:
+        for key in ("val", "example_value"):
+            shape_env = getattr(getattr(node.meta.get(key), "fake_mode", None), "shape_env", None)
+            if shape_env is not None:
+                return sorted(map(str, shape_env.var_to_range))
+    return []
+
+
+def register_dynamo_backend(name: str, compiler_fn) -> None:
+    """``torch._dynamo.register_backend`` under ``name``, unless that name is already registered."""
+    from torch._dynamo.backends import registry
+
+    if name not in registry._COMPILER_FNS:
+        registry.register_backend(compiler_fn=compiler_fn, name=name)
+
+
+__all__ += ["aot_autograd", "aot_graph_name", "graph_symbolic_sizes", "register_dynamo_backend"]
+INTERNALS.update({
+    "AOTAutograd backend": "torch._dynamo.backends.common.aot_autograd",
+    "AOT graph name": "torch._functorch._aot_autograd.logging_utils.get_aot_graph_name",
+    "symbolic sizes": "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_range, node.meta['example_value']",
+    "dynamo backend registry": "torch._dynamo.backends.registry._COMPILER_FNS, register_backend",
+})

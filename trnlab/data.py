@@ -1,25 +1,6 @@
 """Training data with static shapes: fixed-length padding, packing, length buckets.
-
-On Trainium every new input shape compiles a new graph (facts file, claims 2 and 9), so a
-training set must reach the model in as few shapes as possible. This module builds the
-course's fine-tuning dataset and the ways of shaping it that notebook 04 compares:
-
-* :func:`fixed_length_dataset`: every row padded (or truncated) to one length, the page's
-  ``padding="max_length"``; one shape, but the padding is wasted compute.
-* :func:`packed_dataset`: documents concatenated with EOS between them and cut into blocks;
-  one shape and no padding at all.
-* :func:`tokenized_dataset` + :class:`PaddingCollator`: rows of their own length, padded per
-  batch to the longest row (dynamic padding: a new shape almost every batch) or to the
-  smallest of a few fixed lengths (bucketing: at most one shape per bucket).
-
-:func:`padding_waste` measures the fraction of pad tokens for any of them. Rows are dicts of
-1-D tensors ``input_ids``, ``attention_mask`` and ``labels``; a list of rows is a dataset
-``Trainer`` accepts as is. ``labels`` are ``-100`` where the model must not learn (padding);
-the model shifts them by one itself. Notebooks 04 and 05 use this module.
-
-:func:`strategy_dataset` builds any of :data:`STRATEGIES` by name. A new strategy is one function
-decorated with :func:`register_strategy` that returns ``(dataset, collator)``.
-"""
+On Trainium every new input shape compiles a new graph (claims 2 and 9). Rows are dicts of 1-D tensors ``input_ids``,
+``attention_mask`` and ``labels`` (``-100`` where the model must not learn); a list of rows is a ``Trainer`` dataset."""
 
 from __future__ import annotations
 
@@ -31,7 +12,6 @@ from dataclasses import dataclass
 import torch
 
 from trnlab.assets.corpus import DAYS, NAMES, TOWNS, generate_documents
-from trnlab.deprecation import renamed_keywords
 
 __all__ = [
     "IGNORE_INDEX", "NEW_FACT_PROMPT", "NEW_LAWS", "NEW_PLACES", "PaddingCollator", "STRATEGIES", "batch_shapes",
@@ -82,14 +62,8 @@ def _new_law_document(rng: random.Random) -> str:
 
 def training_texts(n: int = 256, seed: int = 0, replay: float = 0.5) -> list[str]:
     """The course's fine-tuning dataset: ``n`` seeded documents, most about :data:`NEW_LAWS`.
-
-    Generated, never downloaded; the same arguments always give the same list. The documents
-    read like the course model's own corpus but state two laws it has never seen, so a greedy
-    generation from :data:`NEW_FACT_PROMPT` before and after training shows what training
-    changed (notebook 04). A ``replay`` fraction of them are documents from the model's own
-    corpus (``trnlab.assets.corpus``), so learning the new laws does not overwrite the old
-    ones. Notebook 05 trains on it too.
-    """
+    Generated, never downloaded; they state two laws the course model has never seen (see :data:`NEW_FACT_PROMPT`), and a
+    ``replay`` fraction comes from its own corpus so the old laws are kept."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     if not 0 <= replay < 1:
@@ -102,7 +76,6 @@ def training_texts(n: int = 256, seed: int = 0, replay: float = 0.5) -> list[str
     return texts
 
 
-# ---------------------------------------------------------------------------------------------
 # Input checks shared by the dataset builders
 
 
@@ -152,21 +125,14 @@ def _row(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, tor
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-# ---------------------------------------------------------------------------------------------
 # Building the rows
 
 
-@renamed_keywords(max_length="length")
 def fixed_length_dataset(tokenizer, texts: Sequence[str], length: int, *,
                          max_positions: int | None = None) -> list[dict]:
     """Rows all ``length`` tokens long: ``padding="max_length"``, truncation, EOS after each text.
-
-    The page's recipe for static shapes (claim 9): one input shape whatever the texts, so with
-    ``dataloader_drop_last=True`` training compiles one graph. Padding goes on the right and
-    its labels are ``-100``. ``max_positions`` (default: the tokenizer's ``model_max_length``)
-    is checked, so pass ``model.config.max_position_embeddings`` for another model.
-    (``max_length=``, its old name, still works with a ``FutureWarning``.)
-    """
+    One input shape (claim 9); padding on the right with ``-100`` labels. ``max_positions`` defaults to the tokenizer's
+    ``model_max_length``: pass ``model.config.max_position_embeddings`` for another model."""
     require_pad_token(tokenizer)  # the tokenizer pads with it
     check_length(length, _max_positions(tokenizer, max_positions))
     texts = _check_texts(texts)
@@ -176,15 +142,10 @@ def fixed_length_dataset(tokenizer, texts: Sequence[str], length: int, *,
     return [_row(ids, mask) for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
 
 
-@renamed_keywords(max_length="length")
 def tokenized_dataset(tokenizer, texts: Sequence[str], length: int, *,
                       max_positions: int | None = None) -> list[dict]:
     """Rows of their own length (EOS appended, truncated to ``length`` tokens), no padding yet.
-
-    Padding happens per batch in :class:`PaddingCollator`: to the batch's longest row (dynamic
-    padding) or to a bucket length. Notebook 04 uses it to show the recompiles.
-    (``max_length=``, its old name, still works with a ``FutureWarning``.)
-    """
+    :class:`PaddingCollator` pads per batch: to the longest row (dynamic padding) or to a bucket length."""
     check_length(length, _max_positions(tokenizer, max_positions))
     texts = _check_texts(texts)
     eos = tokenizer.eos_token or ""
@@ -196,18 +157,11 @@ def tokenized_dataset(tokenizer, texts: Sequence[str], length: int, *,
     return rows
 
 
-@renamed_keywords(block_length="length")
 def packed_dataset(tokenizer, texts: Sequence[str], length: int, *,
                    max_positions: int | None = None) -> list[dict]:
     """Documents joined with EOS between them, cut into blocks of ``length`` tokens; no padding.
-
-    Every token is real, so no compute is spent on padding, and every block has one shape.
-    ``labels`` equal ``input_ids`` everywhere: the EOS that ends a document is a real target
-    (the model learns where documents end) and the first token of the next document is
-    predicted from it. The tokens left over after the last full block are dropped. Raises
-    ``ValueError`` when the texts hold fewer tokens than one block. (``block_length=``, its old
-    name, still works with a ``FutureWarning``.)
-    """
+    ``labels`` equal ``input_ids``; tokens after the last full block are dropped. Raises ``ValueError`` when the texts
+    hold fewer tokens than one block."""
     if tokenizer.eos_token_id is None:
         raise ValueError("packing separates documents with EOS, but this tokenizer has no eos_token: "
                          "set tokenizer.eos_token to the model's end-of-text token")
@@ -226,25 +180,14 @@ def packed_dataset(tokenizer, texts: Sequence[str], length: int, *,
     return [_row(block, torch.ones_like(block)) for block in blocks]
 
 
-# ---------------------------------------------------------------------------------------------
 # Batching
 
 
 @dataclass
 class PaddingCollator:
-    """Stack rows into a batch, padding them to a length chosen per batch.
-
-    * ``lengths=None``: pad to the longest row of the batch (dynamic padding, like
-      ``DataCollatorWithPadding``): a new shape, hence a new graph, for most batches.
-    * ``lengths=(64, 128)``: pad to the smallest of these lengths that fits the longest row
-      (bucketing): at most ``len(lengths)`` shapes, ever.
-    * ``lengths=(128,)``: one shape. Rows that already have that length (fixed-length or
-      packed datasets) are only stacked; shorter rows are padded up to it.
-
-    With ``lengths`` given it never produces a new shape: a row longer than the largest
-    length raises ``ValueError`` instead of silently growing the batch; shorter rows are padded. Padding goes on the
-    right: ``pad_token_id`` in ``input_ids``, 0 in ``attention_mask``, -100 in ``labels``.
-    """
+    """Stack rows into a batch, padding them on the right to a length chosen per batch.
+    ``lengths=None`` pads to the batch's longest row (dynamic padding: a new shape most batches); ``lengths=(64, 128)``
+    pads to the smallest that fits (bucketing). A row longer than every length raises ``ValueError``."""
 
     pad_token_id: int
     lengths: tuple[int, ...] | None = None
@@ -285,10 +228,7 @@ class PaddingCollator:
 def batches(dataset: Sequence[Mapping], collator, batch_size: int, drop_last: bool = True,
             seed: int | None = 0) -> list[dict]:
     """The batches a ``DataLoader`` over ``dataset`` yields (shuffled with ``seed``, or in order if None).
-
-    Lets a notebook count shapes and padding before training: each distinct shape is one
-    compiled graph on Trainium.
-    """
+    Each distinct shape is one compiled graph on Trainium."""
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(list(dataset), batch_size=batch_size, shuffle=seed is not None,
                                          drop_last=drop_last, collate_fn=collator, generator=generator)
@@ -305,11 +245,7 @@ def batch_shapes(batch_list: Iterable[Mapping[str, torch.Tensor]]) -> list[tuple
 
 def label_view(tokenizer, row: Mapping[str, torch.Tensor], start: int, stop: int) -> str:
     """Positions ``start:stop`` of a row as lines ``position  token  mask  label``.
-
-    Shows what the loss sees: ``-100`` labels are ignored, and EOS is a label like any other
-    token. (The model shifts labels itself: position *i* is trained to predict label *i+1*.)
-    Notebook 04 uses it to look at padding and at a document boundary in a packed block.
-    """
+    ``-100`` labels are ignored; the model shifts labels itself (position *i* is trained to predict label *i+1*)."""
     stop = min(stop, len(row["input_ids"]))
     lines = [f"{'pos':>4}  {'token':<16} {'mask':>4}  {'label':>6}"]
     for i in range(max(0, start), stop):
@@ -320,11 +256,7 @@ def label_view(tokenizer, row: Mapping[str, torch.Tensor], start: int, stop: int
 
 def padding_waste(batch_or_dataset) -> float:
     """Fraction of positions that are padding (``attention_mask == 0``), from 0.0 to 1.0.
-
-    Takes one batch (a dict with a 1-D or 2-D ``attention_mask``), or a list of batches or
-    rows. Pass the batches a collator made to measure dynamic padding or bucketing: the rows
-    of :func:`tokenized_dataset` alone hold no padding yet.
-    """
+    Takes one batch (a 1-D or 2-D ``attention_mask``) or a list of batches or rows; measure collated batches."""
     items = [batch_or_dataset] if isinstance(batch_or_dataset, Mapping) else list(batch_or_dataset)
     total = pad = 0
     for item in items:
@@ -345,7 +277,6 @@ def real_tokens(batch_or_dataset) -> int:
     return sum(int(torch.as_tensor(item["attention_mask"]).sum()) for item in items)
 
 
-# ---------------------------------------------------------------------------------------------
 # One entry point for the strategies notebook 04 and the training benchmark compare
 
 #: The ways of shaping a dataset that notebook 04 and ``python -m trnlab bench train`` compare.
@@ -355,9 +286,7 @@ STRATEGIES: dict[str, Callable[..., tuple[list[dict], PaddingCollator]]] = {}
 
 def register_strategy(name: str, *, replace: bool = False):
     """Decorator: add a builder ``(tokenizer, texts, length, *, pad, buckets, max_positions)`` to :data:`STRATEGIES`.
-
-    ``replace=True`` lets a notebook cell that registers a strategy run again.
-    """
+    ``replace=True`` lets a notebook cell that registers a strategy run again."""
     def register(builder):
         if name in STRATEGIES and not replace:
             raise ValueError(f"a strategy named {name!r} is already registered: pick another name, pass "
@@ -417,12 +346,8 @@ def strategy_dataset(strategy: str, tokenizer, texts: Sequence[str], length: int
                      buckets: Sequence[int] | None = None,
                      max_positions: int | None = None) -> tuple[list[dict], PaddingCollator]:
     """``(dataset, collator)`` for one of :data:`STRATEGIES`, every row at most ``length`` tokens.
-
-    ``"dynamic"`` pads each batch to its longest row; ``"buckets"`` to the smallest of
-    ``buckets`` that fits (``None``: :func:`default_buckets`; an empty list raises); ``"fixed"``
-    pads every row to ``length``; ``"packed"`` cuts ``length``-token blocks with no padding.
-    A strategy added with :func:`register_strategy` is built the same way.
-    """
+    ``"dynamic"``, ``"buckets"`` (``None``: :func:`default_buckets`; an empty list raises), ``"fixed"`` or ``"packed"``,
+    or a strategy added with :func:`register_strategy`."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     pad = require_pad_token(tokenizer)

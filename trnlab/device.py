@@ -1,13 +1,6 @@
 """Which accelerator this process can use, and how to hand it to Transformers.
-
-Order of preference: ``neuron`` (Trainium2/3, TorchNeuron from ``torch-neuronx``) > ``cuda``
-> ``cpu``. Detection asks ``torch.accelerator`` first, PyTorch's backend-neutral API, which
-sees the ``neuron`` device (TorchNeuron autoloads with torch: no ``import torch_neuronx``
-needed), then the backend modules. Notebook 01 prints :func:`device_report`; every notebook
-calls :func:`pick_device` (through :func:`trnlab.setup`); :func:`resolve_device_map` fixes
-the page's ``device_map="auto"`` pitfall on Neuron (claim 3); :func:`resolve_dtype` reads
-``TRNLAB_DTYPE``.
-"""
+Preference: ``neuron`` (TorchNeuron, from ``torch-neuronx``, autoloads with torch) > ``cuda`` > ``cpu``; detection asks
+``torch.accelerator`` first, then the backend modules."""
 
 from __future__ import annotations
 
@@ -75,9 +68,7 @@ class DeviceNotAvailableError(RuntimeError):
 
 def neuron_module():
     """Return ``torch.neuron`` (TorchNeuron registers it when torch loads), or ``None``.
-
-    Older torch-neuronx builds registered it on ``import torch_neuronx``: that is tried too.
-    """
+    Older torch-neuronx builds registered it on ``import torch_neuronx``: that is tried too."""
     if getattr(torch, "neuron", None) is None:
         try:
             importlib.import_module("torch_neuronx")
@@ -88,11 +79,7 @@ def neuron_module():
 
 def current_accelerator() -> str | None:
     """The device type ``torch.accelerator`` reports ("neuron", "cuda", ...), or ``None``.
-
-    ``torch.accelerator`` (torch >= 2.6) is PyTorch's backend-neutral API and sees the
-    ``neuron`` device of TorchNeuron; on an older torch this returns ``None`` and the backend
-    modules decide.
-    """
+    ``None`` also on a torch without ``torch.accelerator`` (before 2.6): the backend modules decide then."""
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is None or not accelerator.is_available():
         return None
@@ -116,10 +103,7 @@ def backend_available(backend: str) -> bool:
 
 def detect_backend() -> str:
     """The best backend this process can use: ``"neuron"``, ``"cuda"`` or ``"cpu"``.
-
-    ``torch.accelerator`` answers first where the installed torch has it; the backend
-    modules (``torch.neuron``, ``torch.cuda``) answer otherwise.
-    """
+    ``torch.accelerator`` answers first where torch has it; ``torch.neuron`` and ``torch.cuda`` otherwise."""
     accelerator = current_accelerator()
     if accelerator in BACKENDS:
         return accelerator
@@ -150,7 +134,7 @@ def bf16_supported(backend: str | None = None) -> bool:
         return bool(check()) if check is not None else True
     if backend == "cuda":
         return torch.cuda.is_bf16_supported()
-    # CPUs run bf16 but most emulate it slowly; the course reports it as not native.
+    # The course counts no CPU as native: it trains there in the dtype the weights were loaded in.
     return False
 
 
@@ -195,12 +179,8 @@ def neuron_ls_output(timeout: float = 20.0) -> str | None:
 
 def neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...] = ()) -> list[tuple[int, str]]:
     """``(pid, command)`` of every process ``neuron-ls`` lists as using a Neuron device.
-
-    ``neuron-ls`` prints a table whose ``PID`` and ``COMMAND`` columns name the processes that
-    hold NeuronCores (a process, a notebook kernel too, reserves every core it sees until it
-    exits). Returns an empty list when the text has no such column. ``ignore_pids`` (e.g. this
-    process) are left out. ``doctor`` uses it to say which process blocks the next run.
-    """
+    A process holds every NeuronCore it sees until it exits. Empty when the text has no ``PID``/``COMMAND`` columns;
+    ``ignore_pids`` (e.g. this process) are left out."""
     if not neuron_ls_text:
         return []
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -263,13 +243,8 @@ def device_report() -> DeviceReport:
 
 def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) -> torch.device:
     """Return the device to use, like d2l's ``try_gpu()`` but for neuron > cuda > cpu.
-
-    ``prefer=None`` reads ``TRNLAB_DEVICE`` (default ``"auto"``), so the Python API and the
-    notebooks' parameter cell agree. ``"auto"`` takes the best available device and says what
-    it fell back to and why. An explicit choice ("neuron", "cuda", "cpu", or with an index
-    such as "neuron:3") that does not exist raises :class:`DeviceNotAvailableError` saying
-    how to get it: an explicit request never falls back to CPU silently.
-    """
+    ``prefer=None`` reads ``TRNLAB_DEVICE`` (default ``"auto"``: the best device, saying why). An explicit choice such as
+    ``"neuron:3"`` that does not exist raises :class:`DeviceNotAvailableError`: it never falls back silently."""
     if prefer is None:
         prefer = read_settings().device
     if isinstance(prefer, torch.device):
@@ -283,7 +258,9 @@ def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) 
                        "cuda": "no CUDA GPU"}
             print(f"Using {backend}: " + "; ".join(reasons[b] for b in missing) + ".")
         elif verbose:
-            print(f"Using neuron: {device_count('neuron')} NeuronCore(s) visible.")
+            standin = getattr(neuron_module(), "standin", False)  # trnlab's stand-in says what it is
+            print(f"Using neuron: {device_count('neuron')} NeuronCore(s) visible" +
+                  (f" ({neuron_module().__doc__})." if standin else "."))
         return torch.device(backend, 0) if backend != "cpu" else torch.device("cpu")
 
     backend, _, index = prefer.partition(":")
@@ -303,13 +280,8 @@ def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) 
 
 def resolve_dtype(dtype: torch.dtype | str | None = None, device: torch.device | str = "cpu") -> torch.dtype:
     """The dtype to load a model in on ``device``.
-
-    ``dtype=None`` reads ``TRNLAB_DTYPE`` (default ``"auto"``). ``"auto"`` is bfloat16 where
-    the device computes it natively (every Trainium generation, recent GPUs) and float32
-    elsewhere; ``"float32"``/``"bfloat16"`` (or a ``torch.dtype``) are taken as given, so
-    ``TRNLAB_DTYPE=bfloat16`` runs the course in Trainium's numerics on any machine. Used by
-    :func:`trnlab.load_model`.
-    """
+    ``dtype=None`` reads ``TRNLAB_DTYPE`` (default ``"auto"``: bfloat16 where the device computes it natively, every
+    Trainium generation and recent GPUs, else float32); ``"float32"``, ``"bfloat16"`` or a ``torch.dtype`` as given."""
     if isinstance(dtype, torch.dtype):
         return dtype
     name = read_settings().dtype if dtype is None else check_dtype_name(dtype)
@@ -320,13 +292,8 @@ def resolve_dtype(dtype: torch.dtype | str | None = None, device: torch.device |
 
 def resolve_device_map(device_map="auto", backend: str | None = None):
     """Return the ``device_map`` that ``from_pretrained`` should get on this machine.
-
-    On Neuron, ``"auto"`` becomes ``"neuron"`` with a warning: Accelerate cannot enumerate
-    neuron devices and would silently load the model on CPU (the page's pitfall). On CUDA
-    ``"auto"`` stays (Accelerate places the model on the GPUs); on CPU it becomes ``"cpu"``.
-    Explicit device strings are checked to exist; dicts and ``None`` pass through.
-    ``backend`` overrides detection, so notebook 02 can show the Neuron decision anywhere.
-    """
+    On Neuron ``"auto"`` becomes ``"neuron"`` with a warning (Accelerate would silently load on CPU); on CPU ``"cpu"``;
+    explicit devices are checked to exist. ``backend`` overrides detection."""
     if device_map is None or isinstance(device_map, dict):
         return device_map
     if isinstance(device_map, torch.device):
@@ -346,12 +313,7 @@ def resolve_device_map(device_map="auto", backend: str | None = None):
 
 def accelerator_memory(device: torch.device | str) -> dict | None:
     """Bytes of device memory held by tensors on ``device`` now and at most so far, or ``None`` on CPU.
-
-    Reads ``torch.accelerator.memory_allocated`` / ``max_memory_allocated`` (torch >= 2.9: the
-    same call serves CUDA and Neuron). Returns ``{"allocated": ..., "max_allocated": ...}``;
-    ``None`` on CPU, which has no such counter. Notebook 02 shows it after loading, notebook 04
-    after a training step.
-    """
+    ``{"allocated": ..., "max_allocated": ...}`` from ``torch.accelerator`` (torch >= 2.9: CUDA and Neuron alike)."""
     device = torch.device(device)
     if device.type == "cpu":
         return None
@@ -363,6 +325,7 @@ def accelerator_memory(device: torch.device | str) -> dict | None:
         raise ValueError(f"{device} is not this process's accelerator ({current_accelerator() or 'none'}): "
                          "torch.accelerator counts memory of the current accelerator only.")
     index = device.index if device.index is not None else accelerator.current_device_index()
+    accelerator.synchronize(index)  # Neuron's allocator is asynchronous: read after queued work is done
     return {"allocated": int(accelerator.memory_allocated(index)),
             "max_allocated": int(accelerator.max_memory_allocated(index))}
 
@@ -393,11 +356,7 @@ RELEASE_CORES_HINT = (
 def core_holders_notice(neuron_ls_text: str | None, backend: str | None = None,
                         own_pid: int | None = None) -> str:
     """What :func:`trnlab.setup` prints about who holds NeuronCores: ``neuron-ls``'s holders and how to free them.
-
-    ``neuron_ls_text`` is :func:`neuron_ls_output` (``None``: no ``neuron-ls`` here). Without
-    Neuron tools and device it is one line saying so. ``own_pid`` (this kernel) is not reported
-    as another holder.
-    """
+    ``neuron_ls_text`` is :func:`neuron_ls_output` (``None``: no ``neuron-ls``); ``own_pid`` is not named a holder."""
     backend = backend or detect_backend()
     visible = visible_cores_setting()
     if neuron_ls_text is None:

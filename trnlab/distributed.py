@@ -1,55 +1,29 @@
 """The sharded model of claim 10: what surrounds ``from_pretrained(distributed_config=...)`` and ``Trainer``.
-
-``from_pretrained(..., distributed_config=DistributedConfig(tp_size=2, fsdp_size=2))`` run by
-4 processes builds a 2 x 2 device mesh (Transformers: ``pp x fsdp x tp``, backend ``gloo`` on
-CPU, ``neuron`` on Trainium), splits each layer's weights between the 2 tensor-parallel
-ranks, then shards every piece again between the 2 FSDP ranks, and ``Trainer`` trains it as
-is. Notebook 05's script (``trnlab/scripts/train_sharded.py``) writes those calls itself; this
-module holds the logic around them:
-
-* in a rank: :func:`rank_report` (placements and bytes), :func:`mesh_position`,
-  :func:`global_batches` and :func:`shard_of_batch`, :func:`batch_loss` and
-  :func:`greedy_text` (both :func:`reshard` after their forward), :func:`save_sharded`,
-  :func:`write_json`;
-* outside: :func:`pad_vocabulary` (before launching), :func:`read_run`, and
-  :func:`train_single_process`, the one-process ``Trainer`` the sharded losses must equal.
-
-:func:`load_sharded_model` and :func:`train_sharded` are deprecated: write the page's calls.
-"""
+Notebook 05's script (copied to ``tests/scripts/train_sharded.py``) makes those calls in each rank; this module holds
+the logic around them, in a rank and outside (:func:`pad_vocabulary`, :func:`read_run`, the one-process reference)."""
 
 from __future__ import annotations
 
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from trnlab import compat, models
-from trnlab.deprecation import warn_deprecated
 from trnlab.rank_cores import format_core_list
 from trnlab.settings import progress_bars
 
 __all__ = ["quiet_rank_output", "pad_vocabulary", "mesh_position", "parameter_placements", "rank_report",
-           "global_batches", "shard_of_batch", "build_trainer", "TrainingRun", "train_single_process",
+           "global_batches", "shard_of_batch", "build_trainer", "train_single_process",
            "reshard", "batch_loss", "greedy_text", "save_sharded", "write_json", "read_run"]
 
-#: The course's mesh: 2 tensor-parallel x 2 FSDP ranks = 4 processes (claim 10).
-TP_SIZE, FSDP_SIZE = 2, 2
-
-# ---------------------------------------------------------------------------------------------
 # Inside a rank: load and describe
-# ---------------------------------------------------------------------------------------------
 
 def quiet_rank_output() -> None:
     """Silence what would garble four ranks' streamed log and teaches nothing here.
-
-    Progress bars (four ranks drawing bars at once), DTensor's note that gathering a strided
-    shard takes two all-gathers, and FSDP2's warning that the model returns a view (true for
-    the logits; nothing here modifies them in place).
-    """
+    Progress bars, DTensor's strided-shard all-gather note and FSDP2's returns-a-view warning."""
     import logging
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -83,22 +57,9 @@ def _check_output_folder(output_dir: Path, overwrite: bool) -> None:
 
 
 def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrite: bool = False) -> str:
-    """A copy of model ``name`` whose vocabulary is padded up to a multiple of ``multiple``.
-
-    Why: the sharded model splits the (tied) embedding's vocabulary rows between the ranks.
-    When they do not divide evenly, FSDP2 pads the short shards, and with tied embeddings
-    Transformers 5.24 registers the shared weight in two FSDP groups (the embedding's and, as
-    ``lm_head.weight``, the root's); on a padded rank the second copy stops seeing the
-    optimizer's updates, so training silently diverges from one process after the first step.
-    Real checkpoints avoid it by padding: Qwen3's 151,936 rows are a multiple of 128. The new
-    rows come from ``resize_token_embeddings(pad_to_multiple_of=multiple)``, which samples them
-    (seeded here) from a normal with the old rows' mean and covariance; the tokenizer never
-    produces their ids, but they get logits too (notebook 05 checks that greedy text is unchanged).
-
-    Returns ``output_dir``, or ``name`` itself (nothing written) when the vocabulary already
-    divides. Never shrinks a vocabulary; refuses an ``output_dir`` that is a file or already
-    holds files unless ``overwrite=True``. :func:`trnlab.validate_parallel_sizes` says when to call it.
-    """
+    """A copy of model ``name`` whose vocabulary is padded up to a multiple of ``multiple``; returns its folder.
+    Uneven vocabulary shards of tied embeddings make sharded training silently diverge (Transformers 5.24, FSDP2). Returns
+    ``name`` when it divides already; refuses a non-empty ``output_dir`` unless ``overwrite=True``."""
     multiple = _check_multiple(multiple)
     name = models.model_name(name)
     vocab = models.load_config(name).vocab_size
@@ -122,22 +83,6 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
     return str(output_dir)
 
 
-def load_sharded_model(name=None, tp_size: int = TP_SIZE, fsdp_size: int = FSDP_SIZE,
-                       dtype: torch.dtype = torch.float32):
-    """Deprecated: write ``AutoModelForCausalLM.from_pretrained(..., distributed_config=...)`` (claim 10).
-
-    Loads ``name`` sharded over a ``tp_size x fsdp_size`` mesh (call in every rank) and returns
-    it in train mode, as ``trnlab/scripts/train_sharded.py`` now does with the page's call.
-    """
-    warn_deprecated("distributed.load_sharded_model", "AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, "
-                "distributed_config=DistributedConfig(tp_size=2, fsdp_size=2)) (from transformers import "
-                "AutoModelForCausalLM, DistributedConfig; see trnlab/scripts/train_sharded.py)")
-    from transformers import DistributedConfig
-
-    config = DistributedConfig(tp_size=tp_size, fsdp_size=fsdp_size)
-    return models.load_model(name, dtype=dtype, distributed_config=config).train()
-
-
 def _mesh_of(model):
     """The model's (pp, fsdp, tp) device mesh (Transformers keeps it on the model)."""
     mesh = compat.model_device_mesh(model)
@@ -149,10 +94,7 @@ def _mesh_of(model):
 
 def mesh_position(model) -> dict:
     """This rank's place: ``rank``, ``world_size``, ``fsdp`` and ``tp`` coordinates.
-
-    Ranks with the same ``fsdp`` coordinate hold the two halves of the same layers (TP) and
-    must see the same batch; the ``fsdp`` coordinate is the data-parallel rank.
-    """
+    The ``fsdp`` coordinate is the data-parallel rank: ranks that share it must see the same batch."""
     import torch.distributed as dist
 
     mesh = _mesh_of(model)
@@ -177,12 +119,7 @@ def _chunk(indices: list[int], parts: int, which: int) -> list[int]:
 
 def _held_indices(param) -> tuple[str, str]:
     """Rows and columns of the full weight that this rank's shard is (all ranks call together).
-
-    Worked out from the placements: plain ``Shard`` placements split in mesh order, then a
-    ``_StridedShard`` (FSDP sharding a dimension TP already split) splits this rank's piece
-    again. Then checked: the full weight is gathered (``full_tensor()``, a collective) and
-    indexed with the answer, which must equal the local shard exactly, or "?" is reported.
-    """
+    Worked out from the placements, then checked against the gathered full weight ("?" if they differ)."""
     from torch.distributed.tensor import Shard
     _StridedShard = compat.strided_shard_class()
     mesh = param.device_mesh
@@ -203,12 +140,8 @@ def _held_indices(param) -> tuple[str, str]:
 
 def parameter_placements(model, with_indices: bool = True) -> list[dict]:
     """One row per parameter of this rank: shapes, placements, bytes held, rows/cols held.
-
-    ``placements`` maps each mesh dimension to a DTensor placement: ``Shard(dim=0)`` splits
-    rows, ``Shard(dim=1)`` columns, ``_StridedShard`` is FSDP splitting a dimension TP split
-    already, and a missing mesh dimension means a full copy there. ``with_indices`` adds the
-    row/column ranges of the full weight held here (all ranks must call it together).
-    """
+    ``_StridedShard`` is FSDP splitting a dimension TP split already; a missing mesh dimension is a full copy.
+    ``with_indices`` adds the ranges of the full weight held here (all ranks must call it together)."""
     from torch.distributed.tensor import DTensor
 
     rows = []
@@ -229,25 +162,18 @@ def parameter_placements(model, with_indices: bool = True) -> list[dict]:
 
 def rank_report(model) -> dict:
     """This rank's position, its parameters' placements, and the parameter bytes it holds.
-
-    ``full_bytes`` is the single-process size of the same parameters (tied weights once).
-    Written to JSON by the training script; notebook 05 tabulates all ranks' reports.
-    """
+    ``full_bytes`` is the single-process size of the same parameters (tied weights once)."""
     params = parameter_placements(model)
     return {**mesh_position(model), "parameters": params,
             "local_bytes": sum(p["local_bytes"] for p in params),
             "full_bytes": sum(p["full_bytes"] for p in params)}
 
 
-# ---------------------------------------------------------------------------------------------
 # Data: every TP pair sees the same rows, each FSDP rank its own slice
-# ---------------------------------------------------------------------------------------------
 
 def global_batches(dataset: list[dict], batch_size: int, steps: int) -> list[dict]:
     """``steps`` batches of ``batch_size`` rows, taken in order (cycling), stacked.
-
-    No shuffling, so the sharded run and the single-process reference see identical data.
-    """
+    No shuffling, so the sharded run and the single-process reference see identical data."""
     if not dataset:
         raise ValueError("dataset is empty: build it with trnlab.data.packed_dataset(...)")
     out = []
@@ -259,11 +185,7 @@ def global_batches(dataset: list[dict], batch_size: int, steps: int) -> list[dic
 
 def shard_of_batch(batch: dict, dp_rank: int, dp_size: int) -> dict:
     """The rows of ``batch`` that data-parallel rank ``dp_rank`` (of ``dp_size``) trains on.
-
-    FSDP is data parallelism: each FSDP rank takes an equal contiguous slice of the global
-    batch and FSDP2 averages the gradients over them. Both TP ranks of one FSDP rank get the
-    same slice (tensor parallelism splits the weights, not the data).
-    """
+    An equal contiguous slice of the global batch; both TP ranks of one FSDP rank get the same slice."""
     size = len(batch["input_ids"])
     if size % dp_size:
         raise ValueError(f"batch of {size} rows does not split over {dp_size} data-parallel ranks: "
@@ -272,20 +194,12 @@ def shard_of_batch(batch: dict, dp_rank: int, dp_size: int) -> dict:
     return {key: value[dp_rank * per:(dp_rank + 1) * per] for key, value in batch.items()}
 
 
-# ---------------------------------------------------------------------------------------------
 # Training: Trainer where Accelerate takes the sharded model, a minimal loop on CPU
-# ---------------------------------------------------------------------------------------------
 
 def build_trainer(model, dataset: list[dict], *, steps: int, batch_size: int, dp_size: int,
                   learning_rate: float, output_dir):
     """A ``Trainer`` around ``model`` with the recipe of notebook 05's script, for the one-process reference.
-
-    AdamW, constant rate, no weight decay, no clipping, rows in order (``sequential``): the
-    ``TrainingArguments`` that ``trnlab/scripts/train_sharded.py`` writes out, so the reference
-    sees what the sharded run saw. ``batch_size`` is the global
-    batch: each of the ``dp_size`` data-parallel ranks gets ``batch_size // dp_size`` rows, and
-    Accelerate gives both TP ranks of one fsdp coordinate the same ones.
-    """
+    ``batch_size`` is the global batch: each of the ``dp_size`` data-parallel ranks gets ``batch_size // dp_size``."""
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
     args = TrainingArguments(
@@ -299,60 +213,13 @@ def build_trainer(model, dataset: list[dict], *, steps: int, batch_size: int, dp
     return trainer
 
 
-@dataclass
-class TrainingRun:
-    """How ``Trainer`` got the sharded model in this rank, and the losses it logged."""
-
-    path: str  # "Trainer" or "Trainer, CPU mesh as multi-device"
-    reason: str
-    losses: list = field(default_factory=list)
-
-
 def _logged_losses(trainer) -> list[float]:
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
-def train_sharded(model, dataset: list[dict], *, steps: int, batch_size: int,
-                  learning_rate: float = 1e-3, output_dir, log=print) -> TrainingRun:
-    """Deprecated: write ``Trainer(model=model, args=TrainingArguments(...), ...).train()`` (claim 10).
-
-    Builds the ``Trainer`` as is, and on a gloo CPU mesh, where Accelerate refuses the sharded
-    model (MULTI_CPU), again inside :func:`trnlab.compat.cpu_mesh_as_multi_device`; trains;
-    returns a :class:`TrainingRun`. ``trnlab/scripts/train_sharded.py`` now writes this out.
-    """
-    warn_deprecated("distributed.train_sharded", "Trainer(model=model, args=TrainingArguments(...), train_dataset=dataset).train(), "
-                "building the Trainer inside trnlab.compat.cpu_mesh_as_multi_device() when Accelerate refuses a "
-                "CPU mesh (see trnlab/scripts/train_sharded.py)")
-    position = mesh_position(model)
-    kwargs = dict(steps=steps, batch_size=batch_size, dp_size=position["fsdp_size"],
-                  learning_rate=learning_rate, output_dir=output_dir)
-    try:
-        trainer = build_trainer(model, dataset, **kwargs)
-        run = TrainingRun("Trainer", "Accelerate accepts the sharded model on this device "
-                          "(claim 10: Trainer uses it as is).")
-    except ValueError as refusal:
-        if not compat.is_parallelism_refusal(refusal):
-            raise
-        with compat.cpu_mesh_as_multi_device():
-            trainer = build_trainer(model, dataset, **kwargs)
-        run = TrainingRun("Trainer, CPU mesh as multi-device",
-                          "Accelerate refused the CPU mesh as it is: " + str(refusal).strip() + " On Trainium the "
-                          "type is MULTI_NEURON, which it accepts; trnlab.compat.cpu_mesh_as_multi_device lets it "
-                          "take that same branch for MULTI_CPU while the Trainer is built, and changes nothing else.")
-    trainer.train()
-    run.losses = _logged_losses(trainer)
-    for step, loss in enumerate(run.losses):
-        log(f"step {step:3d}  loss {loss:.4f} (Trainer, global batch)")
-    return run
-
-
 def train_single_process(model, dataset: list[dict], *, steps: int, batch_size: int,
                          learning_rate: float = 1e-3, output_dir=None) -> list[float]:
-    """The one-process reference: ``Trainer`` with the same recipe, data and global batch; its losses.
-
-    With packed data every row has as many tokens, so the mean loss over the whole global
-    batch is exactly what averaging the FSDP ranks' gradients optimises.
-    """
+    """The one-process reference: ``Trainer`` with the same recipe, data and global batch; its losses."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="trnlab-reference-") as scratch:
@@ -364,13 +231,8 @@ def train_single_process(model, dataset: list[dict], *, steps: int, batch_size: 
 
 def reshard(model) -> None:
     """Put every FSDP-managed module back to its shards (a no-op for unsharded models).
-
-    Needed after a forward without backward (evaluation, generation): FSDP2 reshards the
-    modules Transformers marks ``keep_full_weight`` (final norm, tied embedding/lm_head) only
-    in backward, so after a ``no_grad`` forward they stay gathered, the next training step
-    reuses that copy, and after the optimizer step the model computes with stale weights
-    (trnlab's equivalence test caught it: the loss drifts from one process from step 1 on).
-    """
+    Call it after a forward without backward: FSDP2 reshards ``keep_full_weight`` modules only in backward, so the next
+    training step would compute with stale weights."""
     from torch.distributed.fsdp import FSDPModule
 
     for module in model.modules():
@@ -400,11 +262,7 @@ def greedy_text(model, tokenizer, prompt: str, max_new_tokens: int = 20) -> str:
 
 def save_sharded(model, tokenizer, output_dir) -> Path:
     """Save the sharded model as one ordinary checkpoint (call in every rank).
-
-    ``save_pretrained`` gathers the FSDP/TP shards into full tensors on rank 0, which writes
-    ``model.safetensors``; rank 0 also writes the tokenizer. The folder then loads in a
-    single process with plain ``from_pretrained`` (or :func:`trnlab.load_model`).
-    """
+    Rank 0 writes the gathered ``model.safetensors`` and the tokenizer; it loads with plain ``from_pretrained``."""
     import torch.distributed as dist
 
     output_dir = Path(output_dir)
@@ -423,9 +281,7 @@ def write_json(data: dict, path) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------------
 # Outside the run: read what it wrote (the tables and plots are in trnlab.plots)
-# ---------------------------------------------------------------------------------------------
 
 def read_run(output_dir) -> dict:
     """Read what a run wrote: ``{"ranks": [rank0, rank1, ...], **run.json}``."""

@@ -1,16 +1,15 @@
 """``python -m trnlab doctor``: can the course run on this machine, and if not, why not.
-
-Prints the device report (like ``neuron-ls`` plus versions and the compile cache) and a list
-of checks; ``--json`` prints the same as JSON. Exit status 0 when every check passes. A
-malformed ``TRNLAB_*`` setting is a failed check naming the variable, never a traceback.
-"""
+Prints the device report and a list of checks (``--json``: as JSON); exit status 0 when every check passes."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from dataclasses import asdict, dataclass
+import re
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import importlib.metadata
@@ -18,9 +17,10 @@ import importlib.metadata
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from trnlab.device import (RELEASE_CORES_HINT, DeviceNotAvailableError, DeviceReport, device_report,
-                           format_core_holders, neuron_core_holders, pick_device)
+from trnlab.device import (DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR, RELEASE_CORES_HINT, DeviceNotAvailableError,
+                           DeviceReport, device_report, format_core_holders, neuron_core_holders, pick_device)
 from trnlab.models import BUNDLED_MODEL_DIR, MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
+from trnlab.rank_cores import VISIBLE_CORES_VAR
 from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_setting, setting_problems
 
 __all__ = ["CHECKED_PACKAGES", "required_versions", "Check", "run_checks", "format_report", "show_report",
@@ -31,10 +31,7 @@ CHECKED_PACKAGES = ("transformers", "accelerate")
 
 
 def required_versions() -> dict[str, str]:
-    """``{package: specifier}`` for :data:`CHECKED_PACKAGES`, read from trnlab's installed metadata.
-
-    One source of truth: ``pyproject.toml``'s dependencies, as pip installed them.
-    """
+    """``{package: specifier}`` for :data:`CHECKED_PACKAGES`, from trnlab's installed metadata (pyproject)."""
     found = {}
     for line in importlib.metadata.requires("trnlab") or []:
         requirement = Requirement(line)
@@ -79,11 +76,11 @@ def _model_check() -> Check:
         missing = missing_model_files(path, "model") + missing_model_files(path, "tokenizer")
         if missing:
             return Check("model", False, f"{name} lacks {', '.join(missing)}: rebuild with "
-                         "`python -m trnlab.assets build` or point TRNLAB_MODEL at a full model folder")
+                         "`make model` (python tools/build_model.py) or point TRNLAB_MODEL at a full model folder")
         return Check("model", True, f"{_shown(name)} (local folder)")
     if is_bundled(name) or path.is_absolute() or name.startswith("."):
         return Check("model", False, f"no model folder at {name}: " + (
-            "build the course model with `python -m trnlab.assets build`" if is_bundled(name)
+            "build the course model with `make model` (python tools/build_model.py)" if is_bundled(name)
             else f"fix {MODEL_ENV_VAR} or unset it to use the bundled model"))
     from huggingface_hub import try_to_load_from_cache
 
@@ -117,14 +114,148 @@ def _cores_check(report: DeviceReport) -> Check | None:
     return Check("neuron cores", False, f"held by {format_core_holders(holders)}: {RELEASE_CORES_HINT}")
 
 
-def run_checks(report: DeviceReport) -> list[Check]:
+_NATIVE_VENV = "/opt/aws_neuronx_venv_torch_neuronx_2_14_0"  # the 2.33 DLAMI's TorchNeuron venv
+_ACTIVATE = (f"activate TorchNeuron's venv: `source {_NATIVE_VENV}/bin/activate` (the DLAMI "
+             "\"Deep Learning AMI Neuron torch-neuronx 2.14.0\")")
+_LNC_VAR = "NEURON_LOGICAL_NC_CONFIG"
+_CACHE_DIRS = {"NEFF cache": (NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE),
+               "debug folder": ("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend")}
+_MIN_FREE_GIB = 20  # trnlab's own threshold, not a Neuron figure (AWS asks for a 512 GB root volume)
+
+
+@dataclass
+class _Machine:
+    """The inputs of the Neuron checks: :meth:`gather` reads this machine, tests build their own."""
+
+    versions: dict  # installed torch, torch-neuronx, torch-xla, neuronx-cc ("on PATH" too; None: absent)
+    env: dict
+    prefix: str = ""
+    os_release: str = ""
+    dev_neuron: bool = False
+    disk: dict = field(default_factory=dict)  # {label: (folder, nearest existing folder, free, total bytes)}
+    devices: int = 0  # the neuron device_count()
+
+    def venvs(self) -> set[str]:
+        return {self.env.get("VIRTUAL_ENV") or self.prefix, self.prefix}
+
+    def on_neuron(self) -> bool:
+        return bool(self.versions.get("torch-neuronx") or self.dev_neuron or
+                    any(v.startswith("/opt/aws_neuronx_venv_") for v in self.venvs()))
+
+    @classmethod
+    def gather(cls, report: DeviceReport) -> "_Machine":
+        found = {re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(): d.version
+                 for d in importlib.metadata.distributions()}
+        disk = {}
+        for label, (variable, default) in _CACHE_DIRS.items():
+            folder = Path(os.environ.get(variable) or default)
+            at = next(p for p in (folder, *folder.parents) if os.path.exists(p))
+            disk[label] = (str(folder), str(at), shutil.disk_usage(at).free, shutil.disk_usage(at).total)
+        found["neuronx-cc"] = found.get("neuronx-cc") or ("on PATH" if shutil.which("neuronx-cc") else None)
+        release = Path("/etc/os-release")
+        return cls({n: found.get(n) for n in ("torch", "torch-neuronx", "torch-xla", "neuronx-cc")}, dict(os.environ),
+                   sys.prefix, release.read_text() if release.is_file() else "", any(Path("/dev").glob("neuron*")),
+                   disk, report.device_count if report.backend == "neuron" else 0)
+
+
+def _native(version: str | None) -> bool:
+    """torch-neuronx 2.13.3.x / 2.14.3.x is TorchNeuron, the native device; other versions are XLA-based."""
+    return re.match(r"2\.1[34]\.3(\.|$)", version or "") is not None
+
+
+def _install_line(torch_version: str | None) -> str:
+    family = "2.13" if (torch_version or "").startswith("2.13.") else "2.14"
+    return (f'pip install "torch-neuronx=={family}.*" "neuronx-cc==2.*" nki '
+            "--extra-index-url https://pip.repos.neuron.amazonaws.com")
+
+
+def _environment_check(m: _Machine) -> Check | None:
+    if not m.on_neuron():
+        return None
+    neuronx, xla = m.versions.get("torch-neuronx"), m.versions.get("torch-xla")
+    signs = [f"torch-neuronx {neuronx} is not TorchNeuron (2.13.3.x or 2.14.3.x)"] * (not _native(neuronx or "2.14.3"))
+    signs += [f"torch-xla {xla} is installed"] * bool(xla) + sorted(
+        f"{v} is an XLA-based venv" for v in m.venvs() if v.startswith("/opt/aws_neuronx_venv_pytorch"))
+    if signs:
+        return Check("neuron environment", False, "; ".join(signs) + ": this is the XLA-based torch-neuronx, not the "
+                     "native neuron device (the symptom: under torchrun Transformers warns to \"use the NeuronTrainer "
+                     f"from optimum[neuron]\"): {_ACTIVATE}")
+    if not neuronx:
+        return Check("neuron environment", False, f"torch-neuronx is not installed: {_ACTIVATE}, or "
+                     f"{_install_line(m.versions.get('torch'))}")
+    return Check("neuron environment", True, f"TorchNeuron (the native device): torch-neuronx {neuronx} in {m.prefix}")
+
+
+def _family_check(m: _Machine) -> Check | None:
+    neuronx, torch_version = m.versions.get("torch-neuronx"), m.versions.get("torch") or "not installed"
+    if not _native(neuronx):
+        return None
+    wanted, pair = ".".join(neuronx.split(".")[:2]) + ".0", f"torch {torch_version} with torch-neuronx {neuronx}"
+    if torch_version.split("+")[0] == wanted:
+        return Check("torch family", True, pair)
+    return Check("torch family", False, f"{pair}, which needs torch {wanted}: " + (
+        _install_line(torch_version) if torch_version.startswith(("2.13.0", "2.14.0"))
+        else f"TorchNeuron exists for torch 2.13.0 and 2.14.0 only: {_ACTIVATE}"))
+
+
+def _compiler_check(m: _Machine) -> Check | None:
+    if not m.versions.get("torch-neuronx"):
+        return None
+    if m.versions.get("neuronx-cc"):
+        return Check("neuronx-cc", True, f"the Neuron compiler, {m.versions['neuronx-cc']}")
+    return Check("neuronx-cc", False, "the Neuron compiler, which turns graphs into NEFFs, is not installed, so "
+                 f"nothing compiles: {_install_line(m.versions.get('torch'))}")
+
+
+def _ubuntu_check(m: _Machine) -> Check | None:
+    if not m.on_neuron() or not m.os_release:
+        return None
+    info = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', m.os_release, flags=re.M))
+    name, release = info.get("PRETTY_NAME", "this OS"), info.get("VERSION_ID", "")
+    facts = ("the 2.33.0 wheels are for Ubuntu 26.04, TorchNeuron's DLAMIs for Ubuntu 24.04 and 26.04 (on 24.04 use "
+             "the DLAMI); Ubuntu 22.04 is end of support and needs a build from source")
+    if info.get("ID") != "ubuntu" or release in ("24.04", "26.04") or _native(m.versions.get("torch-neuronx")):
+        return Check("ubuntu", True, f"{name}: {facts}")
+    return Check("ubuntu", False, f"{name}: {facts}: move to the DLAMI on Ubuntu 24.04 or 26.04"
+                 + ", or build torch-neuronx from source" * (release == "22.04"))
+
+
+def _disk_check(m: _Machine) -> Check | None:
+    if not m.on_neuron() or not m.disk:
+        return None
+    detail = "; ".join(f"{label} {folder}: {_human_bytes(free)} free of {_human_bytes(total)} (at {at})"
+                       for label, (folder, at, free, total) in m.disk.items())
+    if all(free >= _MIN_FREE_GIB * 2**30 for *_, free, _total in m.disk.values()):
+        return Check("disk", True, detail)
+    return Check("disk", False, f"{detail}: under trnlab's threshold of {_MIN_FREE_GIB} GiB free, and compiled graphs "
+                 "fill small disks (trn2/trn3 need a root EBS volume of at least 512 GB): grow the volume, or point "
+                 f"{' and '.join(v for v, _ in _CACHE_DIRS.values())} at a larger disk")
+
+
+def _lnc_check(m: _Machine) -> Check | None:
+    value, visible = m.env.get(_LNC_VAR), m.env.get(VISIBLE_CORES_VAR)
+    if not m.on_neuron() and value is None:
+        return None
+    if (value or "2").strip() not in ("1", "2"):
+        return Check("LNC", False, f"{_LNC_VAR}={value!r}: only 1 or 2 exist (default 2), and the runtime's and the "
+                     f"compiler's must match: unset {_LNC_VAR} or set it to 1 or 2")
+    lnc = int(value or 2)
+    return Check("LNC", True, f"LNC={lnc}{' (default)' * (value is None)}: device_count() is {m.devices}; at LNC={lnc} "
+                 f"a Trainium2 chip shows {8 // lnc} logical cores ({lnc} physical NeuronCore-v3 each), a trn2.3xlarge "
+                 f"{8 // lnc}" + f"; {VISIBLE_CORES_VAR}={visible} limits this process to those cores" * bool(visible))
+
+
+def run_checks(report: DeviceReport, machine: _Machine | None = None) -> list[Check]:
     """The checks that decide the exit status of ``doctor``."""
+    machine = machine or _Machine.gather(report)
     checks = [
         *_settings_checks(),
         _device_check(report),
         _version_check("transformers", report.versions.get("transformers")),
         _version_check("accelerate", report.versions.get("accelerate")),
         _model_check(),
+        *(check(machine) for check in (_environment_check, _family_check, _compiler_check, _ubuntu_check,
+                                       _disk_check, _lnc_check)),
         _cores_check(report),
     ]
     return [check for check in checks if check is not None]

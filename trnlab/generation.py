@@ -1,26 +1,11 @@
 """Generation on an explicit device, and generation through shape buckets.
-
-Notebook 02 uses :func:`record_forward_inputs`, :func:`generate_batch` and
-:func:`show_padding` to show what ``generate()`` hands the model and why decoder-only models
-pad on the left. Notebook 03 uses :func:`bucketed_generate`, which pads a prompt up to its
-bucket (:mod:`trnlab.buckets`) so a stream of prompts compiles a few graphs.
-
-**Prompts.** Every helper here that takes prompts takes them in one form: a string, a list of
-strings, or token ids (one list of ints, or a list of such lists; a tensor of ids works too).
-A string is one prompt, never a list of characters. See :func:`prompt_token_ids`.
-
-What ``generate()`` compiles (transformers 5.24): with a static cache it compiles the forward
-of the *decode* step, whose shapes are the batch size and the cache length (``max_length -
-1`` = prompt length + ``max_new_tokens`` - 1, grown to the largest seen so far on this
-model). The *prefill* (the whole prompt) runs eagerly unless ``prefill_chunk_size`` is set;
-then it goes through the compiled forward too, one graph per prompt length. On Neuron even
-eager ops are compiled, op by op, for every new shape, so a prompt length the device has not
-seen costs compile time either way; ``compile_prefill=True`` makes that cost visible as
-graphs on any machine.
-"""
+Prompts: a string, a list of strings, or token ids (:func:`prompt_token_ids`). With a static cache ``generate()``
+compiles the decode step; the prefill runs eagerly unless ``prefill_chunk_size`` is set (Transformers 5.24)."""
 
 from __future__ import annotations
 
+import copy
+import os
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,34 +16,25 @@ import torch
 from trnlab import compat
 from trnlab.buckets import ShapeBuckets, bucket_for
 from trnlab.compile_tracking import generation_compile_config
-from trnlab.deprecation import moved_names
+from trnlab.settings import environment
 
 __all__ = [
     "Prompts", "TensorInfo", "bucketed_generate", "first_sentence", "format_forward_calls", "generate_batch",
     "generate_compile_kwargs", "moved_to_model_device", "pad_token_lists", "prompt_token_ids", "record_forward_inputs",
-    "show_padding", "tokenize_batch",
+    "show_padding", "static_cache_notice", "tokenize_batch", "will_auto_compile",
 ]
 
 #: What every prompt argument accepts: one string, strings, or token ids (see :func:`prompt_token_ids`).
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]], torch.Tensor]
 
 
-# --------------------------------------------------------------------------------------------
 # Prompts in one form
-# --------------------------------------------------------------------------------------------
 
 
 def prompt_token_ids(prompts: Prompts, tokenizer=None) -> list[list[int]]:
     """Token ids of each prompt: ``prompts`` in any accepted form, as a list of id lists.
-
-    * ``"text"``: one prompt (never split into characters); needs ``tokenizer``;
-    * ``["text", ...]``: one prompt per string; needs ``tokenizer``;
-    * ``[id, id, ...]``: one prompt of token ids; ``[[id, ...], ...]``: one per list;
-    * a tensor of ids: 1-D is one prompt, 2-D one per row (no padding: every id counts).
-
-    An empty input, an empty prompt or a mix of forms raises ``ValueError`` (``TypeError``
-    for other types) naming the accepted forms. Every prompt-taking helper calls it.
-    """
+    Forms: ``"text"`` or ``["text", ...]`` (need ``tokenizer``), ``[id, ...]``, ``[[id, ...], ...]``, a 1-D or 2-D tensor.
+    An empty input or prompt, or a mix of forms, raises ``ValueError`` (other types ``TypeError``)."""
     forms = ("a string, a list of strings, or token ids (a list of ints, or a list of such lists)")
     if isinstance(prompts, torch.Tensor):
         if prompts.dim() not in (1, 2) or prompts.dtype.is_floating_point:
@@ -108,9 +84,7 @@ def _is_token_id(value) -> bool:
 def pad_token_lists(token_lists: Sequence[Sequence[int]], pad_token_id: int, padding_side: str = "left",
                     length: int | None = None) -> dict[str, torch.Tensor]:
     """Stack id lists into ``input_ids`` and ``attention_mask`` tensors, padded on ``padding_side``.
-
-    Rows are padded with ``pad_token_id`` (mask 0) up to the longest row, or to ``length``.
-    """
+    Rows are padded with ``pad_token_id`` (mask 0) up to the longest row, or to ``length``."""
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
     if pad_token_id is None:
@@ -129,9 +103,7 @@ def pad_token_lists(token_lists: Sequence[Sequence[int]], pad_token_id: int, pad
     return {"input_ids": ids, "attention_mask": mask}
 
 
-# --------------------------------------------------------------------------------------------
 # Notebook 02: what generate() hands the model
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -164,13 +136,8 @@ def _describe_argument(value):
 @contextmanager
 def record_forward_inputs(model):
     """Record what every ``model.forward`` call inside the block receives.
-
-    Yields a list that fills with one dict per forward call: argument name to
-    :class:`TensorInfo` (device and shape) for tensors, ``"StaticCache on cpu"`` for a cache,
-    ``repr`` for anything else (a forward pre-hook, removed at the end). Notebook 02 uses it to
-    show that ``generate()`` hands the model fixed-size slices on the model's device. Use it on
-    eager generation: a compiled forward would trace the hook into its graph.
-    """
+    Yields a list of dicts, one per call: argument name to :class:`TensorInfo` (device, shape), else a short text.
+    Use it on eager generation: a compiled forward would trace the hook into its graph."""
     calls: list[dict] = []
 
     def hook(module, args, kwargs):
@@ -210,20 +177,13 @@ def moved_to_model_device(calls: Sequence[dict], inputs_device: str | torch.devi
 
 def tokenize_batch(tokenizer, prompts: Prompts, padding_side: str = "left") -> dict:
     """Tokenize ``prompts`` (any form, see :func:`prompt_token_ids`) as one padded batch on CPU.
-
-    Returns ``input_ids`` and ``attention_mask`` tensors, padded on ``padding_side`` with the
-    tokenizer's pad token. Notebook 02 prints left- and right-padded batches made with it.
-    """
+    Returns ``input_ids`` and ``attention_mask``, padded on ``padding_side`` with the tokenizer's pad token."""
     ids = prompt_token_ids(prompts, tokenizer)
     return pad_token_lists(ids, tokenizer.pad_token_id, padding_side)
 
 
 def show_padding(tokenizer, batch: dict, pad_symbol: str = "_") -> str:
-    """One line per row of a tokenized batch: its attention mask, then its tokens.
-
-    Pad tokens are drawn as ``pad_symbol`` so the side they sit on shows; notebook 02 prints
-    left- and right-padded batches with it.
-    """
+    """One line per row of a tokenized batch: its attention mask, then its tokens (pads drawn as ``pad_symbol``)."""
     lines = []
     for ids, mask in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist()):
         text = "".join(pad_symbol if m == 0 else tokenizer.decode([i]) for i, m in zip(ids, mask))
@@ -234,48 +194,36 @@ def show_padding(tokenizer, batch: dict, pad_symbol: str = "_") -> str:
 def generate_batch(model, tokenizer, prompts: Prompts, padding_side: str = "left",
                    use_attention_mask: bool = True, **generate_kwargs) -> list[str]:
     """Generate for ``prompts`` as one padded batch; return each decoded continuation.
-
-    ``prompts`` is a string, a list of strings or token ids (:func:`prompt_token_ids`).
-    Inputs stay on CPU (``generate()`` moves what the forward needs, claim 4).
-    ``padding_side`` and ``use_attention_mask`` exist to show, in notebook 02, what goes wrong
-    without left padding and without the mask; keep the defaults in real code.
-    """
+    Inputs stay on CPU (``generate()`` moves what the forward needs, claim 4). ``padding_side`` and
+    ``use_attention_mask`` exist to show what goes wrong without them: keep the defaults in real code."""
     batch = tokenize_batch(tokenizer, prompts, padding_side)
     inputs = {"input_ids": batch["input_ids"]}
     if use_attention_mask:
         inputs["attention_mask"] = batch["attention_mask"]
     generate_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+    notice = static_cache_notice(model, **generate_kwargs)
+    if notice:
+        warnings.warn(notice, UserWarning, stacklevel=2)
     output = model.generate(**inputs, **generate_kwargs)
     return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
 def first_sentence(text: str) -> str:
     """``text`` up to and including its first ``.``, ``!`` or ``?`` (all of it if it has none), stripped.
-
-    Greedy continuations agree in float32 and bfloat16 only as long as each step's best token
-    beats the next by more than bf16's rounding; later tokens of a long continuation can flip.
-    Notebook 04 checks the first sentence, the fact the model states, on every dtype and device.
-    """
+    Greedy float32 and bfloat16 continuations can part later on (bf16 rounding); the first sentence is what must agree."""
     text = text.strip()
     ends = [i for i in (text.find(mark) for mark in ".!?") if i >= 0]
     return text[: min(ends) + 1] if ends else text
 
 
-# --------------------------------------------------------------------------------------------
 # Notebook 03: generation through shape buckets
-# --------------------------------------------------------------------------------------------
 
 
 def generate_compile_kwargs(model, compile: bool = True, backend: str | None = None,
                             compile_prefill: bool = False) -> dict:
     """The ``generate()`` keyword arguments that turn compilation off, or on the Neuron way.
-
-    ``compile=False`` gives ``disable_compile=True`` (claim 6's switch). Otherwise
-    :func:`~trnlab.compile_tracking.generation_compile_config` for the model's device and
-    ``backend`` (nothing on Neuron, where Transformers' default already compiles), and with
-    ``compile_prefill`` a ``prefill_chunk_size`` that sends the whole prompt through the
-    compiled forward too. Used by :func:`bucketed_generate` and :func:`trnlab.run_generation_workload`.
-    """
+    ``compile=False`` gives ``disable_compile=True`` (claim 6); else :func:`trnlab.generation_compile_config`, and with
+    ``compile_prefill`` a ``prefill_chunk_size`` that sends the whole prompt through the compiled forward."""
     if not compile:
         return {"disable_compile": True}
     kwargs = {}
@@ -289,24 +237,47 @@ def generate_compile_kwargs(model, compile: bool = True, backend: str | None = N
 
 
 
+def will_auto_compile(model, **generate_kwargs) -> bool:
+    """Whether ``model.generate(**generate_kwargs)`` compiles its forward by itself: Transformers' own rule, asked.
+    Yes with a static cache on cuda, xpu, neuron or tpu, or with a ``compile_config`` allowing every device; never with
+    ``disable_compile=True`` or a dynamic cache. Nothing is allocated and nothing runs."""
+    config = copy.deepcopy(generate_kwargs.get("generation_config") or model.generation_config)
+    for key in ("cache_implementation", "compile_config", "disable_compile"):
+        if key in generate_kwargs:
+            setattr(config, key, generate_kwargs[key])
+    cache = generate_kwargs.get("cache", generate_kwargs.get("past_key_values"))
+    if cache is None and config.cache_implementation in ("static", "offloaded_static"):
+        from transformers import StaticCache
+
+        cache = StaticCache(config=model.config, max_cache_len=1,  # its tensors come on first use: none here
+                            offloading=config.cache_implementation == "offloaded_static")
+    if cache is None:
+        return False
+    # Transformers sets TOKENIZERS_PARALLELISM=0 when it will compile; only generate() itself should.
+    with environment(TOKENIZERS_PARALLELISM=os.environ.get("TOKENIZERS_PARALLELISM")):
+        return compat.valid_auto_compile_criteria(model, {"cache": cache}, config)
+
+
+def static_cache_notice(model, **generate_kwargs) -> str | None:
+    """One line when ``model.generate(**generate_kwargs)`` keeps a static cache uncompiled on this device, else ``None``.
+    ``disable_compile=True`` says eager is meant, and silences it."""
+    if will_auto_compile(model, **generate_kwargs):
+        return None
+    everywhere = generation_compile_config(model.device)
+    if everywhere is None or not will_auto_compile(model, **{**generate_kwargs, "compile_config": everywhere}):
+        return None  # no static cache, compiling switched off, or not the device's doing (offload, quantization)
+    return (f"generate() with a static cache will not compile on {model.device.type}: Transformers auto-compiles "
+            "only on cuda, xpu, neuron or tpu; pass compile_config=trnlab.generation_compile_config(model.device) "
+            "to compile here (or disable_compile=True to run eagerly without this warning)")
+
+
 def bucketed_generate(model, prompts: Prompts, *, buckets: ShapeBuckets, tokenizer=None,
                       pad_token_id: int | None = None, truncate: bool = False, compile: bool = True,
                       backend: str | None = None, compile_prefill: bool = False,
                       **generate_kwargs) -> torch.Tensor:
-    """Greedy static-cache ``generate()`` with the prompts left-padded to their bucket.
-
-    ``prompts`` in any form (:func:`prompt_token_ids`; text needs ``tokenizer``). Returns
-    what ``model.generate(input_ids, attention_mask, max_new_tokens=...,
-    cache_implementation="static")`` returns for them, token for token: the pad columns added
-    here are removed again. Left padding with the attention mask leaves the answer unchanged
-    (position ids come from the mask, pads are never attended to).
-
-    A prompt longer than the longest bucket raises :class:`~trnlab.buckets.PromptTooLongError`;
-    with ``truncate=True`` it keeps its last ``buckets.longest`` tokens instead (with a
-    warning), and the output starts with that shortened prompt. ``compile``, ``backend`` and
-    ``compile_prefill`` are those of :func:`generate_compile_kwargs`; ``max_new_tokens`` may be
-    lowered below ``buckets.max_new_tokens`` but not raised.
-    """
+    """Greedy static-cache ``generate()`` with the prompts left-padded to their bucket; the same tokens as unpadded.
+    A prompt longer than the longest bucket raises :class:`~trnlab.buckets.PromptTooLongError` (``truncate=True``
+    keeps its last ``buckets.longest`` tokens, with a warning). ``max_new_tokens`` may be lowered, not raised."""
     buckets.check_model(model)
     max_new_tokens = generate_kwargs.pop("max_new_tokens", buckets.max_new_tokens)
     if max_new_tokens > buckets.max_new_tokens:
@@ -339,19 +310,3 @@ def bucketed_generate(model, prompts: Prompts, *, buckets: ShapeBuckets, tokeniz
                             cache_implementation="static", max_cache_len=buckets.cache_length, **generate_kwargs)
     return output[:, batch["input_ids"].shape[1] - length:]
 
-
-# --------------------------------------------------------------------------------------------
-# Names that lived here in trnlab 0.1 (removed in trnlab 0.3)
-# --------------------------------------------------------------------------------------------
-
-#: Old ``trnlab.generation`` names and where each lives now. A name that only moved warns here;
-#: a renamed one is the deprecated function of its new module, which warns when called.
-__getattr__ = moved_names("trnlab.generation", {
-    "bucket_padding_tokens": ("trnlab.buckets", None),
-    "waste_by_bucket_count": ("trnlab.buckets", None),
-    "reset_compile_state": ("trnlab.compile_tracking", None),
-    **{name: (module, f"trnlab.{name}") for module, names in (
-        ("trnlab.buckets", ("choose_buckets", "PromptTooLongError")),
-        ("trnlab.bench", ("sample_prompt_lengths", "corpus_prompts", "run_generation_workload",
-                          "identical_outputs", "time_generation"))) for name in names},
-})

@@ -1,9 +1,5 @@
 """The Trainium instances the planner and the launcher know: chips, HBM and NeuronCores, from the Neuron docs.
-
-One table, :data:`INSTANCES`, read by :func:`get_instance`. Adding an instance (a single trn3
-size, say) is one new :class:`Instance` line in :data:`INSTANCES` below, with its doc URL.
-This module imports nothing from trnlab, so every other module may import it.
-"""
+Adding one is an :class:`Instance` line in :data:`INSTANCES` with its doc URL (single trn3 sizes: the docs give none)."""
 
 from __future__ import annotations
 
@@ -31,10 +27,7 @@ GiB = 1024 ** 3
 
 class PlanError(ValueError):
     """A plan that cannot be made; the message says what to change.
-
-    An unknown instance or model, a mesh the model cannot take, a config missing fields, or a
-    workload no mesh fits.
-    """
+    An unknown instance or model, a mesh the model cannot take, a config missing fields, or a workload no mesh fits."""
 
 
 class InstanceError(PlanError):
@@ -58,13 +51,9 @@ TORCHNEURON_QUICKSTART_URL = ("https://awsdocs-neuron.readthedocs-hosted.com/en/
 
 @dataclass(frozen=True)
 class Instance:
-    """One Trainium machine (or UltraServer) as the planner sees it.
-
-    ``logical_cores`` = chips x physical NeuronCores per chip / LNC: one process (rank) per
-    logical core. ``hbm_per_core`` is the chip's HBM divided between its logical cores, before
-    the runtime's own overhead (the docs: "approximately 24 GiB of HBM per rank" on trn2).
-    ``hosts`` is the number of machines (torchrun nodes) it is made of.
-    """
+    """One Trainium machine (or UltraServer) as the planner sees it; ``hosts`` is its number of torchrun nodes.
+    ``logical_cores`` = chips x physical NeuronCores per chip / LNC, one rank each; ``hbm_per_core`` is the chip's HBM
+    split between them, before runtime overhead (docs: "approximately 24 GiB of HBM per rank" on trn2)."""
 
     name: str
     family: str                    # "trn2" or "trn3"
@@ -104,15 +93,8 @@ class Instance:
                 "source": self.source}
 
 
-#: Instances the native ``neuron`` device (TorchNeuron) supports, with their figures from the
-#: Neuron docs. Trainium2: 8 physical NeuronCore-v3 and 96 GiB HBM per chip (TRAINIUM2_URL);
-#: trn2.48xlarge / trn2u.48xlarge: 16 chips, 1,536 GiB (TRN2_ARCH_URL); a Trn2 UltraServer is
-#: four trn2u.48xlarge (TRN2_ARCH_URL); trn2.3xlarge: one Trainium2 chip (named as a TorchNeuron
-#: instance in TORCHNEURON_QUICKSTART_URL; 4 logical cores, see the course's trainium-facts).
-#: Trainium3: 8 NeuronCore-v4 and 144 GiB per chip (TRAINIUM3_URL); the docs give Trn3 only as
-#: UltraServers: Gen1 = 4 servers x 16 chips, Gen2 = 36 servers x 4 chips (TRN3_ARCH_URL).
-#: Default LNC=2 on Trn2 and later (LNC_URL): 4 logical cores per chip. Single trn3 instance
-#: sizes are left out: the docs do not give them.
+#: Instances the native ``neuron`` device supports; each row's ``source`` is its Neuron docs page. Per chip:
+#: Trainium2 8 NeuronCore-v3, 96 GiB; Trainium3 8 NeuronCore-v4, 144 GiB; LNC=2 gives 4 logical cores (LNC_URL).
 INSTANCES: dict[str, Instance] = {inst.name: inst for inst in (
     Instance("trn2.3xlarge", "trn2", chips=1, hbm_per_chip_gib=96, source=TORCHNEURON_QUICKSTART_URL),
     Instance("trn2.48xlarge", "trn2", chips=16, hbm_per_chip_gib=96, source=TRN2_ARCH_URL),
@@ -134,10 +116,7 @@ UNSUPPORTED_INSTANCES: dict[str, str] = {
 
 def get_instance(name: str | Instance) -> Instance:
     """The :class:`Instance` called ``name`` (e.g. ``"trn2.48xlarge"``), from :data:`INSTANCES`.
-
-    Raises :class:`InstanceError` (a :class:`PlanError`) for trn1 (not supported by the native
-    device, says why) and for unknown names (lists the known ones). Used by the planner and the launcher.
-    """
+    Raises :class:`InstanceError` (a :class:`PlanError`) for trn1, saying why, and for unknown names, listing the rest."""
     if isinstance(name, Instance):
         return name
     key = str(name).strip().lower()

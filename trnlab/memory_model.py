@@ -1,24 +1,11 @@
 """Bytes one rank holds: the memory model the planner sums, one function per component.
-
-:func:`plan_memory` estimates the bytes on **one rank** for a model config and a
-``tp_size x fsdp_size`` mesh, as a :class:`MemoryPlan`: parameters split exactly the way
-Transformers shards them (:mod:`trnlab.sharding`), gradients and AdamW state for training, FSDP
-all-gather buffers, activations (an estimate, formulas in :data:`TRAIN_ACTIVATION_FORMULA`,
-:data:`SELECTIVE_ACTIVATION_FORMULA` and :data:`INFERENCE_ACTIVATION_FORMULA`; none, selective or
-full activation checkpointing) and the static KV cache for generation. Each component is one
-function (:func:`parameter_bytes` ... :func:`kv_cache_bytes`).
-
-The parameter and training-state figures are exact for the sharding Transformers does
-(``tests/test_planning.py`` and ``tests/test_distributed.py`` compare them with what real ranks
-hold); activations are an estimate. :func:`trnlab.plan_mesh` calls it for every mesh it tries;
-notebook 06 ("Plan a real run") prints and plots it.
-"""
+:func:`plan_memory` gives a :class:`MemoryPlan` for a config and a ``tp_size x fsdp_size`` mesh: parameters and training
+state exact for Transformers' sharding (tests compare real ranks), activations estimated (the ``*_FORMULA`` constants)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trnlab.deprecation import SummaryDict
 from trnlab.instances import GiB, PlanError
 from trnlab.sharding import ModelSpec, TensorShard, config_and_label, model_spec, tp_problem
 
@@ -45,9 +32,7 @@ def dtype_name(dtype) -> str:
     return name
 
 
-# ---------------------------------------------------------------------------------------------
 # Memory of one rank
-# ---------------------------------------------------------------------------------------------
 
 #: What a rank's memory is made of, in :meth:`MemoryPlan.table` order.
 COMPONENTS = ("parameters", "gradients", "optimizer", "fsdp_buffers", "activations", "kv_cache")
@@ -64,9 +49,8 @@ COMPONENT_LABELS = {
 COMPONENT_SHORT_LABELS = {"parameters": "params", "gradients": "grads", "optimizer": "optim",
                           "fsdp_buffers": "fsdp buf", "activations": "activ.", "kv_cache": "kv cache"}
 
-#: The activation estimates, as :func:`plan_memory` computes them (also in ``MemoryPlan.notes``).
-#: Symbols: T = batch*seq tokens of this rank's micro-batch, b = compute dtype bytes, h = hidden_size,
-#: q = heads*head_dim, kv = kv_heads*head_dim, i = intermediate_size, V = vocab_size, L = layers.
+#: The training activation estimate of :func:`plan_memory`. T = batch*seq tokens of this rank's micro-batch, b = dtype
+#: bytes, h = hidden_size, q = heads*head_dim, kv = kv_heads*head_dim, i = intermediate_size, V = vocab_size, L = layers.
 TRAIN_ACTIVATION_FORMULA = (
     "per layer, bytes saved for backward = T*[(8 + 4b)*h + ((4 + 3b)*(q + kv) + 4b*i + 8*heads + "
     "4*kv_heads)/tp + 8] (counted on Qwen3 with SDPA attention: RMSNorm saves its input upcast to "
@@ -79,10 +63,8 @@ INFERENCE_ACTIVATION_FORMULA = (
     "generate's prefill under no_grad frees each layer's temporaries: about one layer's worth, "
     "T*b*(2h + max(2q + 2kv, 3i)/tp), plus the last position's logits batch*V*(b + 4) "
     "(generate keeps an fp32 copy); attention assumed fused (SDPA/flash: no T x T score matrix)")
-#: Selective activation checkpointing, as the planner models it (an assumption: which selective option
-#: AWS's ``qwen3_8b_tp4_fsdp16_sac`` config sets was not found): TorchTitan's layer-level selective AC
-#: (``[activation_checkpoint] mode = "selective"``, ``selective_ac_option = "2"``; TorchTitan also has an
-#: op-level option, ``"op"``) wraps every k-th decoder layer in full checkpointing and leaves the others alone.
+#: Selective checkpointing as the planner models it: TorchTitan's layer-level selective AC, ``selective_ac_option = "2"``.
+#: An assumption: the option AWS's ``qwen3_8b_tp4_fsdp16_sac`` config sets was not found.
 SELECTIVE_ACTIVATION_FORMULA = (
     "selective checkpointing (every k-th layer checkpointed, k = checkpoint_every, TorchTitan's "
     "layer-level selective AC): c = floor(L/k) layers keep only their input T*b*h, the other L - c keep "
@@ -130,12 +112,8 @@ BACKWARD_PER_FORWARD = 2
 
 def recompute_fraction(config=None, seq: int = 2048, gradient_checkpointing="full", *, checkpoint_every: int = 2) -> float:
     """Extra compute of a training step from activation checkpointing, as a fraction of the step.
-
-    A step costs about 3 forwards (backward is about twice the forward: the usual 2N forward / 4N
-    backward FLOPs per token and parameter); checkpointing adds one forward of each checkpointed
-    layer. Counted from the model's matmul and attention FLOPs (:func:`_forward_flops_per_token`).
-    Notebook 06 prints it for full and selective checkpointing.
-    """
+    A step costs about 3 forwards (:data:`BACKWARD_PER_FORWARD`); checkpointing adds one forward of each checkpointed
+    layer, counted from the model's matmul and attention FLOPs."""
     config, _ = config_and_label(config)
     d = model_spec(config).dims
     layer, head = _forward_flops_per_token(d, seq)
@@ -152,11 +130,8 @@ def _train_layer_bytes(d: dict, tokens: int, b: int, tp: int) -> float:
 @dataclass
 class MemoryPlan:
     """Bytes one rank holds for a model, a mesh and a workload (:func:`plan_memory` makes it).
-
-    ``components`` maps :data:`COMPONENTS` to bytes; ``parameters``, ``gradients`` and
-    ``optimizer`` are exact for Transformers' sharding, ``fsdp_buffers`` and ``activations``
-    are estimates (see ``notes``). ``total`` is their sum.
-    """
+    ``components`` maps :data:`COMPONENTS` to bytes and ``total`` is their sum; ``fsdp_buffers`` and ``activations`` are
+    estimates (see ``notes``), the rest exact for Transformers' sharding."""
 
     model: str
     tp_size: int
@@ -211,16 +186,12 @@ class MemoryPlan:
         return "\n".join(lines)
 
     def summary(self) -> dict:
-        """The plan's headline figures as a dict: model, mesh, workload, parameters held, bytes per rank.
-
-        Until trnlab 0.3 the dict also behaves like :meth:`describe`'s text where a string was
-        expected, with a ``FutureWarning`` for all but ``print``/``str``: ``summary()`` returned that text before.
-        """
-        return SummaryDict("MemoryPlan", self.describe(), {
+        """The plan's headline figures as a dict: model, mesh, workload, parameters held, bytes per rank."""
+        return {
             "model": self.model, "tp_size": self.tp_size, "fsdp_size": self.fsdp_size, "workload": self.workload,
             "batch": self.batch, "seq": self.seq, "dtype": self.dtype, "parameter_count": self.parameter_count,
             "local_parameter_count": self.local_parameter_count, "total_bytes": self.total,
-            "total_gib": round(self.total / GiB, 4)})
+            "total_gib": round(self.total / GiB, 4)}
 
     def describe(self) -> str:
         """One paragraph: model, mesh, workload, parameters held, total per rank."""
@@ -276,47 +247,15 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
                 batch: int = 1, seq: int = 2048, dtype="bfloat16", master_weights: str = "fp32",
                 optimizer: str = "adamw", gradient_checkpointing: bool | str = False,
                 cache_length: int | None = None, checkpoint_every: int = 2) -> MemoryPlan:
-    """Estimate the bytes one rank holds for ``config`` on a ``tp_size x fsdp_size`` mesh.
-
-    ``config``: anything :func:`trnlab.sharding.config_and_label` takes (config, dict, shipped name such as
-    ``"Qwen/Qwen3-8B"``, folder, ``None`` for the course model). ``batch`` is the micro-batch of
-    **each data-parallel (FSDP) rank**: FSDP is data parallelism, every FSDP rank runs its own
-    ``batch`` sequences (the global batch is ``batch * fsdp_size``), and the TP ranks of one FSDP
-    rank share it. ``seq`` is tokens per sequence.
-
-    * parameters: every tensor split as :func:`trnlab.sharding.parameter_shards` says, in ``dtype`` for
-      inference and in the master-weight dtype (``master_weights="fp32"`` or ``"bf16"``) for
-      training. Exact for Transformers' ``DistributedConfig`` (FSDP2 padding included).
-    * gradients (training): one per parameter shard, in the parameter's dtype.
-    * optimizer (training): AdamW keeps 2 moments per parameter, created like the parameter
-      (``torch.optim.AdamW``: ``zeros_like``), so fp32 with fp32 master weights; plus one fp32
-      ``step`` scalar per tensor. ``optimizer="sgd"``: none.
-    * fsdp_buffers (estimate, fsdp_size > 1): FSDP2 all-gathers each layer before using it, two
-      layers at a time (current + prefetched), and keeps the ``keep_full_weight`` modules (final
-      norm, lm_head / tied embedding) gathered from forward to backward; in ``dtype``. Training
-      adds one layer's unsharded gradients before the reduce-scatter.
-    * activations (an estimate; T = batch*seq, b = dtype bytes, h, q = heads*head_dim,
-      kv = kv_heads*head_dim, i = intermediate_size, V = vocab). Training, per layer, the bytes
-      saved for backward ``T*((8 + 4b)*h + ((4 + 3b)*(q + kv) + 4b*i + 8*heads + 4*kv_heads)/tp + 8)``
-      (counted exactly on Qwen3 with SDPA in fp32 and bf16: RMSNorm keeps an fp32 copy of its
-      input), times the layers; with ``gradient_checkpointing=True`` (or ``"full"``) each layer
-      keeps only its input ``T*b*h`` and one layer is recomputed at a time; with
-      ``gradient_checkpointing="selective"`` every ``checkpoint_every``-th layer is checkpointed
-      that way and the others keep everything (TorchTitan's layer-level selective AC,
-      :data:`SELECTIVE_ACTIVATION_FORMULA`); plus the loss head
-      ``T*((4 + 2b)*h + V*(b + 8))`` (logits, their fp32 copy, fp32 log-probs: the full vocabulary
-      on every TP rank). TP splits the head- and MLP-wide tensors, not the h-wide residual
-      stream; FSDP does not split activations: each FSDP rank holds those of its own
-      micro-batch. Inference (generate's prefill, no_grad): one layer's temporaries
-      ``T*b*(2h + max(2q + 2kv, 3i)/tp)`` plus the last position's logits ``batch*V*(b + 4)``.
-      The formulas are :data:`TRAIN_ACTIVATION_FORMULA` and :data:`INFERENCE_ACTIVATION_FORMULA`.
-    * kv_cache (inference): the static cache ``batch * cache_length * layers * kv_heads/tp *
-      head_dim * 2 (keys, values) * b``. ``cache_length`` defaults to ``seq``; ``generate(...,
-      cache_implementation="static")`` allocates ``max_length - 1`` = prompt + new tokens - 1.
-
-    Returns a :class:`MemoryPlan` (``.components``, ``.total``, ``.table()``, ``.summary()``, ``.describe()``,
-    ``.to_dict()``). Used by :func:`trnlab.plan_mesh`, notebook 06 and ``python -m trnlab plan``.
-    """
+    """Estimate the bytes one rank holds for ``config`` on a ``tp_size x fsdp_size`` mesh, as a :class:`MemoryPlan`.
+    ``config``: anything :func:`trnlab.sharding.config_and_label` takes (``None``: the course model). ``batch`` is the
+    micro-batch of each FSDP (data-parallel) rank (global batch ``batch * fsdp_size``); ``seq`` is tokens per sequence.
+    Parameters are split exactly as Transformers' ``DistributedConfig`` shards them (master-weight dtype in training),
+    gradients likewise; AdamW adds 2 moments per parameter (``zeros_like``) and an fp32 ``step`` per tensor (sgd: none).
+    FSDP buffers (estimate): two gathered layers plus the ``keep_full_weight`` modules in ``dtype``, and in training one
+    layer's unsharded gradients. Activations (estimate): :data:`TRAIN_ACTIVATION_FORMULA`, the selective and inference
+    ``*_ACTIVATION_FORMULA``. KV cache: ``batch * cache_length * layers * kv_heads/tp * head_dim * 2 * b``,
+    ``cache_length`` defaulting to ``seq`` (a static ``generate()`` allocates prompt + new tokens - 1)."""
     config, label = config_and_label(config)
     workload_key = workload_name(workload)
     for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size), ("batch", batch), ("seq", seq),

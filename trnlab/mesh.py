@@ -1,21 +1,6 @@
 """Does a ``DistributedConfig`` mesh fit the processes and the model? Checked before anything starts.
-
-Public API (stable: :mod:`trnlab.launcher`, the command line, :mod:`trnlab.sharding` and
-:mod:`trnlab.planning` use it):
-
-* :class:`LaunchConfigError`: a mesh (or launch) that does not fit; the message names the fix
-  (defined in :mod:`trnlab.rank_cores`, which must stay free of torch; the same class).
-* :func:`divisors` ``(n)``: the divisors of ``n``, ascending.
-* :func:`mesh_sizes` ``(tp_size, fsdp_size)``: the two sizes with 1 for one not given, checked.
-* :data:`TP_DIMENSIONS`, :func:`tp_dimensions` ``(config)``, :func:`tp_misfits` ``(dims, tp_size)``
-  and :func:`tp_sizes_that_fit` ``(dims, world_size)``: the model widths tensor parallelism
-  must divide, which of them a ``tp_size`` does not divide, and which sizes divide them all.
-* :func:`validate_parallel_sizes` ``(world_size, tp_size, fsdp_size, ...)``: all of it at once,
-  against :func:`checked_config` ``(model)``, the model's config.
-
-This module imports neither :mod:`trnlab.launcher` nor the planner (:mod:`trnlab.sharding`,
-:mod:`trnlab.planning`): they import it.
-"""
+:class:`LaunchConfigError` is defined in torch-free :mod:`trnlab.rank_cores`; this module imports neither the
+launcher nor the planner: they import it."""
 
 from __future__ import annotations
 
@@ -40,9 +25,7 @@ def divisors(n: int) -> list[int]:
 
 def mesh_sizes(tp_size, fsdp_size) -> tuple[int, int] | None:
     """``(tp_size, fsdp_size)`` with 1 for one not given; ``None`` when neither is given.
-
-    A size of 0 or less is refused here, never read as 1.
-    """
+    A size of 0 or less is refused here, never read as 1."""
     if tp_size is None and fsdp_size is None:
         return None
     sizes = (1 if tp_size is None else tp_size, 1 if fsdp_size is None else fsdp_size)
@@ -55,9 +38,7 @@ def mesh_sizes(tp_size, fsdp_size) -> tuple[int, int] | None:
 
 def tp_dimensions(config) -> dict[str, int]:
     """The widths of ``config`` that tensor parallelism splits: ``{"num_attention_heads": 32, ...}``.
-
-    Keys are the config attributes of :data:`TP_DIMENSIONS`; one a config lacks is left out.
-    """
+    Keys are the config attributes of :data:`TP_DIMENSIONS`; one a config lacks is left out."""
     text = text_config(config)
     dims = {attr: getattr(text, attr, None) for attr, _ in TP_DIMENSIONS}
     return {attr: value for attr, value in dims.items() if isinstance(value, int)}
@@ -142,22 +123,9 @@ def _check_pipeline_layers(config, pp_size: int) -> None:
 def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 1, *,
                             dp_replicate_size: int = 1, pp_size: int = 1,
                             model_config=None, check_model: bool = True) -> dict:
-    """Check a ``DistributedConfig`` layout against the launch and the model, before launching.
-
-    * ``pp_size * dp_replicate_size * fsdp_size * tp_size`` must equal ``world_size`` (the
-      number of processes over all nodes): Transformers builds exactly that mesh.
-    * Tensor parallelism gives each rank whole attention heads and a slice of every sharded
-      layer, so ``num_attention_heads``, ``num_key_value_heads`` and the MLP width
-      (``intermediate_size``) must divide by ``tp_size``; pipeline stages take whole layers,
-      so ``num_hidden_layers`` must divide by ``pp_size``.
-    * With tied embeddings and FSDP, ``vocab_size`` must divide by ``tp_size * fsdp_size``
-      (see :func:`trnlab.distributed.pad_vocabulary` for the silent failure this prevents).
-
-    ``model_config`` is a Transformers config or a model name or folder; ``None`` means the
-    course's model (``TRNLAB_MODEL`` or the bundled one), as :func:`trnlab.launch` uses.
-    ``check_model=False`` skips the model checks, explicitly. Raises
-    :class:`LaunchConfigError` naming the numbers to change; returns the checked sizes.
-    """
+    """Check a ``DistributedConfig`` layout against the launch and ``model_config`` (``None``: the course model).
+    The sizes' product must equal ``world_size``; heads, KV heads and ``intermediate_size`` divide by ``tp_size``, layers
+    by ``pp_size``, a tied vocabulary by ``tp_size * fsdp_size``. Returns the sizes; raises :class:`LaunchConfigError`."""
     sizes = {"pp_size": pp_size, "dp_replicate_size": dp_replicate_size,
              "fsdp_size": fsdp_size, "tp_size": tp_size}
     _check_sizes(world_size, sizes)

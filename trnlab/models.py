@@ -1,8 +1,6 @@
 """Load the course model and tokenizer through ``from_pretrained``, on an explicit device.
-
-``TRNLAB_MODEL`` selects the model everywhere: unset, it is the tiny Qwen3 model shipped in
-``trnlab/assets/tiny-qwen3``; on a Trainium instance set it to e.g. ``Qwen/Qwen3-0.6B``.
-"""
+``TRNLAB_MODEL`` selects the model everywhere: unset, the tiny Qwen3 in ``trnlab/assets/tiny-qwen3``; on Trainium
+e.g. ``Qwen/Qwen3-0.6B``."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from trnlab.assets.build import BUNDLED_MODEL_DIR
+from trnlab.assets import BUNDLED_MODEL_DIR
 from trnlab.device import pick_device, resolve_device_map, resolve_dtype
 from trnlab.instances import PlanError
 from trnlab.settings import MODEL_ENV_VAR, progress_bars, read_settings
@@ -23,8 +21,6 @@ __all__ = ["CONFIG_FILE", "WEIGHT_PATTERNS", "TOKENIZER_FILES", "ModelNotAvailab
            "CONFIG_DIR", "SHIPPED_MODELS", "NOT_CONFIG_SUFFIXES", "ConfigError", "text_config",
            "config_from_dict", "shipped_config", "read_config_file", "load_config", "load_tokenizer",
            "is_config", "load_model", "parameter_count"]
-# progress_bars lives in trnlab.settings (load_model uses it); the old ``from trnlab.models import
-# progress_bars`` still works, as it is imported here.
 
 #: What a model folder needs, by what reads it: config, weights (any of these), tokenizer.
 CONFIG_FILE = "config.json"
@@ -53,7 +49,7 @@ def _not_available(name: str, exc: Exception) -> ModelNotAvailableError:
     if is_bundled(name):
         return ModelNotAvailableError(
             f"The bundled course model is missing from {BUNDLED_MODEL_DIR}: rebuild it with "
-            f"`python -m trnlab.assets build` ({exc}).")
+            f"`make model`, which runs python tools/build_model.py ({exc}).")
     return ModelNotAvailableError(
         f"Could not load {name!r}: it is not a local folder and the Hugging Face Hub could not "
         f"be reached or has no such model ({type(exc).__name__}: {exc}). Pre-download it on a machine "
@@ -122,7 +118,7 @@ def _check_folder(name: str, what: str) -> None:
                                      f"holds {CONFIG_FILE} and the weights.")
     missing = missing_model_files(path, what)
     if missing:
-        fix = ("rebuild it with `python -m trnlab.assets build`" if is_bundled(name) else
+        fix = ("rebuild it with `make model` (python tools/build_model.py)" if is_bundled(name) else
                "copy the whole folder again (e.g. `hf download <model> --local-dir <folder>`), or save "
                "it with save_pretrained()")
         raise ModelNotAvailableError(f"The folder {name!r} is not a complete {what}: it lacks "
@@ -131,12 +127,8 @@ def _check_folder(name: str, what: str) -> None:
 
 def model_source(name: str | os.PathLike | None = None, what: str = "model") -> str:
     """Where ``from_pretrained`` should load ``name`` (see :func:`model_name`) from, checked before it runs.
-
-    A folder must hold what ``what`` ("config", "model" or "tokenizer") needs; a hub model already in
-    the local Hugging Face cache is loaded from its cached folder, so nothing touches the network;
-    any other hub name needs the hub to answer. Otherwise :class:`ModelNotAvailableError` says what
-    to do, at once: offline, ``from_pretrained`` would retry for about a minute before failing.
-    """
+    A folder must hold what ``what`` needs; a cached hub model loads offline; otherwise :class:`ModelNotAvailableError`
+    says what to do at once (offline, ``from_pretrained`` would retry for about a minute)."""
     name = model_name(name)
     if Path(name).expanduser().is_dir() or _looks_like_path(name) or is_bundled(name):
         _check_folder(name, what)
@@ -160,9 +152,7 @@ def explained_load_errors(name: str):
         raise _not_available(name, exc) from exc
 
 
-# ---------------------------------------------------------------------------------------------
 # Configs: one lookup for the package (the planner, the mesh check, the launcher, the notebooks)
-# ---------------------------------------------------------------------------------------------
 
 #: The folder of the Qwen3 configs shipped with the course (published config.json values).
 CONFIG_DIR = Path(__file__).resolve().parent / "assets" / "configs"
@@ -179,9 +169,7 @@ NOT_CONFIG_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", 
 
 class ConfigError(PlanError):
     """A model config that cannot be read or lacks a needed field; the message names the fix.
-
-    A :class:`trnlab.PlanError`, so the planner's and the mesh check's ``except`` catch it.
-    """
+    A :class:`trnlab.PlanError`, so the planner's and the mesh check's ``except`` catch it."""
 
 
 def text_config(config):
@@ -196,10 +184,7 @@ def is_config(value) -> bool:
 
 def config_from_dict(values: dict, where: str = "the config dict", required: tuple = (), why: str = ""):
     """A Transformers config from config.json values (a nested ``text_config`` is used if present).
-
-    Raises :class:`ConfigError` naming what is missing: ``model_type`` and any of ``required``
-    (``why`` is appended to that message).
-    """
+    Raises :class:`ConfigError` naming what is missing: ``model_type`` or any of ``required`` (``why`` is appended)."""
     from transformers import AutoConfig
 
     if "text_config" in values and isinstance(values["text_config"], dict):
@@ -236,10 +221,7 @@ def _not_a_config(file: Path, why: str) -> ConfigError:
 
 def read_config_file(file: str | os.PathLike, required: tuple = (), why: str = ""):
     """The config in a config JSON file (see :func:`config_from_dict` for ``required`` and ``why``).
-
-    A weights file, a binary file or JSON that is not an object gets a :class:`ConfigError`
-    naming the folder to pass instead.
-    """
+    A weights file, a binary file or JSON that is not an object gets a :class:`ConfigError` naming the folder to pass."""
     file = Path(file)
     name = file.name.lower()
     if name.endswith(NOT_CONFIG_SUFFIXES):
@@ -258,13 +240,8 @@ def read_config_file(file: str | os.PathLike, required: tuple = (), why: str = "
 
 def load_config(name=None, **kwargs):
     """The Transformers config of a model: no weights, offline where it can be.
-
-    ``name`` may be a config (returned as is), a model (its ``.config``), a dict of config
-    values, a shipped Qwen3 name (:data:`SHIPPED_MODELS`, no network), a folder or hub name
-    (``from_pretrained``, checked first: see :func:`model_source`), or ``None`` (see
-    :func:`model_name`). Used by the planner, the mesh check and the launcher before anything
-    heavy is loaded; keyword arguments go to ``AutoConfig.from_pretrained``.
-    """
+    ``name``: a config, a model, a dict, a shipped Qwen3 name (:data:`SHIPPED_MODELS`), a folder or hub name (checked by
+    :func:`model_source`), or ``None`` (:func:`model_name`); keyword arguments go to ``AutoConfig.from_pretrained``."""
     from transformers import AutoConfig
 
     if is_config(name):
@@ -283,10 +260,7 @@ def load_config(name=None, **kwargs):
 
 def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "left", **kwargs):
     """Load the tokenizer of ``name`` (see :func:`model_name`), left-padding by default.
-
-    Decoder-only models generate after the last prompt token, so batched prompts are padded
-    on the left; notebook 02 shows why. Used by every notebook.
-    """
+    Decoder-only models generate after the last prompt token, so batched prompts are padded on the left."""
     from transformers import AutoTokenizer
 
     if padding_side not in ("left", "right"):

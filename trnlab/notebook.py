@@ -24,13 +24,8 @@ _run: dict = {}
 
 def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = None) -> torch.device:
     """Seed every generator, print versions, who holds NeuronCores and the device, and return that device.
-
-    ``device=None`` reads ``TRNLAB_DEVICE`` (see :func:`trnlab.read_settings`). On CPU it
-    sets torch's thread count to ``cpu_threads`` (``None``: ``TRNLAB_CPU_THREADS``, default
-    1; 0 keeps torch's choice): on a shared 2-core machine one thread trains the tiny model
-    several times faster than two. It also starts the clock and the graph count that
-    :func:`run_summary` reports. Called once in every notebook, after the parameter cell.
-    """
+    ``device=None`` reads ``TRNLAB_DEVICE``; on CPU torch gets ``cpu_threads`` threads (``None``: ``TRNLAB_CPU_THREADS``,
+    default 1; 0 keeps torch's choice). Starts the clock and graph count of :func:`run_summary`."""
     current = read_settings()
     random.seed(seed)
     torch.manual_seed(seed)
@@ -49,19 +44,16 @@ def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = No
 
 def run_summary() -> str:
     """How many graphs this notebook compiled since :func:`setup`, in how long, and what that means on a trn2.
-
-    The first line is ``this notebook compiled {G} graph(s) in {T} s on {device}`` (dynamo's
-    count); the next says what that costs on a trn2, marked as an estimate with its source; on
-    Neuron a third gives the NEFF count of ``torch.neuron.get_dynamo_metrics()``. The last cell
-    of every notebook prints it, and the notebook's introduction quotes it.
-    """
+    Dynamo's count first, then the trn2 cost marked as an estimate with its source; on Neuron also the NEFF count of
+    ``torch.neuron.get_dynamo_metrics()``."""
     if not _run:
         raise RuntimeError("trnlab.run_summary() reports what ran since trnlab.setup(): call "
                            "trnlab.setup() at the top of the notebook first.")
     graphs = graphs_compiled() - _run["graphs"]
     seconds = time.perf_counter() - _run["start"]
     lines = [f"this notebook compiled {graphs} graph(s) in {seconds:.0f} s on {_run['device']}",
-             "on a trn2: each graph is a neuronx-cc compilation to a NEFF, which can take minutes for a large "
+             "on a trn2: each graph is a neuronx-cc compilation to a NEFF (a training graph two, forward and "
+             "backward, as TorchNeuron compiles through AOTAutograd), which can take minutes for a large "
              f"model (an estimate, from the {COMPILE_TIME_SOURCE}; no figure is published for a model as small "
              "as the course's); a warm NEFF cache (TORCH_NEURONX_NEFF_CACHE_DIR) lets a re-run skip them"]
     metrics = neuron_graph_metrics()
@@ -70,5 +62,7 @@ def run_summary() -> str:
             since, neffs = "since setup()", len(metrics) - _run["neffs"]
         else:   # reset since setup(): count what is there
             since, neffs = "since torch.neuron.reset_dynamo_metrics() was last called", len(metrics)
-        lines.append(f"torch.neuron.get_dynamo_metrics(): {neffs} NEFF(s) compiled {since}")
+        what = ("graph(s) the STAND-IN backend received, no NEFF" if getattr(torch.neuron, "standin", False)
+                else "NEFF(s) compiled")
+        lines.append(f"torch.neuron.get_dynamo_metrics(): {neffs} {what} {since}")
     return "\n".join(lines)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trnlab.deprecation import SummaryDict, moved_names, warn_deprecated
 from trnlab.instances import INSTANCES, GiB, Instance, PlanError, get_instance
 from trnlab.memory_model import (CHECKPOINTING, COMPONENT_SHORT_LABELS, COMPONENTS, MemoryPlan, checkpointed_layers,
                                  checkpointing_label, checkpointing_mode, dtype_name, every_nth_layer, plan_memory,
@@ -136,18 +135,14 @@ class MeshPlan:
         return "\n".join(lines)
 
     def summary(self) -> dict:
-        """The search's headline figures as a dict: instance, nodes, budget, the recommended mesh.
-
-        Until trnlab 0.3 the dict also behaves like :meth:`describe`'s text where a string was
-        expected, with a ``FutureWarning`` for all but ``print``/``str``: ``summary()`` returned that text before.
-        """
+        """The search's headline figures as a dict: instance, nodes, budget, the recommended mesh."""
         rec = self.recommended
-        return SummaryDict("MeshPlan", self.describe(), {
+        return {
             "model": self.model, "instance": self.instance.name, "nodes": self.nodes, "world_size": self.world_size,
             "workload": self.workload, "headroom": self.headroom, "budget_bytes": self.budget,
             "recommended": None if rec is None else {"tp_size": rec.tp_size, "fsdp_size": rec.fsdp_size,
                                                      "replicas": rec.replicas},
-            "checkpointing": self.checkpointing, "candidates": len(self.candidates), "reason": self.reason})
+            "checkpointing": self.checkpointing, "candidates": len(self.candidates), "reason": self.reason}
 
     def describe(self) -> str:
         """Instance, budget per core, and the recommendation with its reason."""
@@ -317,146 +312,83 @@ def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, 
 _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 
-def _head_ok_tps(config, inst: Instance) -> list[int]:
-    """The TP sizes within one host that the model's heads divide by."""
-    return tp_sizes_that_fit(tp_dimensions(config), inst.cores_per_host)
+def _say(flags: str, place: str, hit: _Choice, workload: str) -> str:
+    """One alternative: its flags, where, and the layout found (mesh, checkpointing, GiB per core)."""
+    c = hit.candidate
+    mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.mesh
+    ckpt = f", {checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if workload == "train" else ""
+    return f"{flags + ' on ' if flags else ''}{place}: {mesh}{ckpt}, {c.plan.total / GiB:.1f} GiB per core"
 
 
-def _scales_with_nodes(config, inst: Instance, workload: str, headroom: float, mem_kwargs: dict, mode: str) -> bool:
-    """Whether any node count could fit: more ranks shrink the FSDP-sharded state, never a rank's
-    activations or gathered layers, so if even an unbounded FSDP size does not fit, none will."""
-    return any(plan_memory(config, tp, 1 << 20, workload=workload, **{**mem_kwargs, "gradient_checkpointing": mode})
-               .fits(inst.hbm_per_core, headroom) for tp in _head_ok_tps(config, inst))
-
-
-def _more_nodes(config, inst, start, workload, headroom, mem_kwargs, modes):
-    """``(nodes, choice)`` for the fewest nodes above ``start`` that fit, or None."""
-    if not _scales_with_nodes(config, inst, workload, headroom, mem_kwargs, modes[-1]):
-        return None
-    for n in (c for c in _NODE_COUNTS if c > start):
-        hit = _search(config, inst, n, workload, headroom, mem_kwargs, modes)
-        if hit:
-            return n, hit
+def _more_nodes(job: tuple, inst: Instance, start: int, kw: dict, modes: tuple):
+    """``(nodes, choice)`` for the fewest nodes above ``start`` that fit, or None. More ranks shrink the sharded
+    state, never a rank's activations: if even an unbounded FSDP size does not fit, no node count will."""
+    config, workload, headroom = job
+    if any(plan_memory(config, tp, 1 << 20, workload=workload, **{**kw, "gradient_checkpointing": modes[-1]})
+           .fits(inst.hbm_per_core, headroom) for tp in tp_sizes_that_fit(tp_dimensions(config), inst.cores_per_host)):
+        return next(((n, hit) for n in _NODE_COUNTS
+                     if n > start and (hit := _search(config, inst, n, workload, headroom, kw, modes))), None)
     return None
 
 
-def _largest_batch(config, inst, nodes, workload, headroom, mem_kwargs, modes, upper: int):
-    """The largest micro-batch in [1, upper] that fits, by bisection (memory grows with the batch)."""
-    if upper < 1:
+def _largest_batch(job: tuple, inst: Instance, nodes: int, kw: dict, modes: tuple, upper: int):
+    """``(batch, choice)`` for the largest micro-batch in [1, upper] that fits, by bisection (memory grows with it)."""
+    config, workload, headroom = job
+
+    def fit(batch: int):
+        return _search(config, inst, nodes, workload, headroom, {**kw, "batch": batch}, modes)
+
+    if upper < 1 or not (hit := fit(1)):
         return None
-    args = (config, inst, nodes, workload, headroom)
-    best = _search(*args, {**mem_kwargs, "batch": 1}, modes)
-    if best is None:
-        return None
-    lo, hi, found = 1, upper, (1, best)
+    lo, hi, found = 1, upper, (1, hit)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        hit = _search(*args, {**mem_kwargs, "batch": mid}, modes)
-        if hit:
+        if hit := fit(mid):
             lo, found = mid, (mid, hit)
         else:
             hi = mid - 1
     return found
 
 
-def _say(hit: _Choice, workload: str) -> str:
-    """A found layout in a few words: mesh, checkpointing, GiB per core."""
-    c = hit.candidate
-    mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.mesh
-    ckpt = f", {checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if workload == "train" else ""
-    return f"{mesh}{ckpt}, {c.plan.total / GiB:.1f} GiB per core"
-
-
-def _checkpointing_flag(mode: str) -> str:
-    """The command-line option that sets a checkpointing mode."""
-    return f"--checkpointing {mode}"
-
-
-def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
+def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom: float, kw: dict,
                     modes: tuple) -> list[str]:
-    """Computed alternatives for a workload that fits no mesh: each one was planned and fits.
-
-    First one change at a time (:func:`_single_changes`); if none fits, a micro-batch of 1 and full
-    checkpointing with more scale (:func:`_lean_changes`); then also a shorter sequence (:func:`_shorter_seq`).
-    """
+    """Alternatives for a workload no mesh fits, each planned and fitting: one change at a time (more nodes, a larger
+    instance, the largest batch, heavier checkpointing); else the leanest settings (batch 1, full checkpointing)
+    here, on more nodes or a larger instance; else those with the sequence halved, down to 128."""
+    job, here, train = (config, workload, headroom), _where(inst, nodes), workload == "train"
     bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > inst.hbm_total * nodes), key=lambda o: o.hbm_total)
-    return (_single_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger)
-            or _lean_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger)
-            or _shorter_seq(config, inst, nodes, workload, headroom, mem_kwargs, modes))
 
+    def elsewhere(k: dict, m: tuple, flags: str, scale_bigger: bool) -> list[str]:
+        out = []
+        if found := _more_nodes(job, inst, nodes, k, m):
+            out.append(_say(flags, f"{found[0]} x {inst.name} (--nodes {found[0]})", found[1], workload))
+        for other in bigger:
+            if hit := _search(config, other, 1, workload, headroom, k, m):
+                return out + [_say(flags, f"one {other.name}", hit, workload)]
+            if scale_bigger and (found := _more_nodes(job, other, 1, k, m)):
+                return out + [_say(flags, f"{found[0]} x {other.name} (--nodes {found[0]})", found[1], workload)]
+        return out
 
-def _single_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger) -> list[str]:
-    """More nodes, a larger instance, a smaller batch, heavier checkpointing: each that fits alone."""
-    out, where, args = [], _where(inst, nodes), (workload, headroom)
-    found = _more_nodes(config, inst, nodes, *args, mem_kwargs, modes)
-    if found:
-        n, hit = found
-        out.append(f"{n} x {inst.name} (--nodes {n}): {_say(hit, workload)}")
-    for other in bigger:
-        hit = _search(config, other, 1, *args, mem_kwargs, modes)
-        if hit:
-            out.append(f"one {other.name}: {_say(hit, workload)}")
+    out = elsewhere(kw, modes, "", False)
+    if found := _largest_batch(job, inst, nodes, kw, modes, kw["batch"] - 1):
+        out.append(_say(f"--batch {found[0]}", here, found[1], workload))
+    for mode in CHECKPOINTING[CHECKPOINTING.index(modes[-1]) + 1:] if train else ():
+        if found := _largest_batch(job, inst, nodes, kw, (mode,), kw["batch"]):
+            extra = "" if found[0] == kw["batch"] else f" --batch {found[0]}"
+            out.append(_say(f"--checkpointing {mode}{extra}", here, found[1], workload))
             break
-    found = _largest_batch(config, inst, nodes, *args, mem_kwargs, modes, mem_kwargs["batch"] - 1)
-    if found:
-        out.append(f"--batch {found[0]} on {where}: {_say(found[1], workload)}")
-    heavier = ([m for m in CHECKPOINTING if CHECKPOINTING.index(m) > CHECKPOINTING.index(modes[-1])]
-               if workload == "train" else [])
-    for mode in heavier:
-        found = _largest_batch(config, inst, nodes, *args, mem_kwargs, (mode,), mem_kwargs["batch"])
-        if found:
-            extra = "" if found[0] == mem_kwargs["batch"] else f" --batch {found[0]}"
-            out.append(f"{_checkpointing_flag(mode)}{extra} on {where}: {_say(found[1], workload)}")
-            break
-    return out
-
-
-def _lean(mem_kwargs: dict, modes: tuple, workload: str) -> tuple[dict, tuple, str]:
-    """The leanest settings: a micro-batch of 1 (and full checkpointing for training), and their flags."""
-    train = workload == "train"
-    flags = " ".join((["--batch 1"] if mem_kwargs["batch"] > 1 else [])
-                     + ([_checkpointing_flag("full")] if train and modes[-1] != "full" else [])) or "the same settings"
-    return {**mem_kwargs, "batch": 1}, ("full",) if train else modes, flags
-
-
-def _lean_changes(config, inst, nodes, workload, headroom, mem_kwargs, modes, bigger) -> list[str]:
-    """The leanest settings here, else with more nodes, else on a larger instance (with its nodes)."""
-    lean, lean_modes, flags = _lean(mem_kwargs, modes, workload)
-    out, args = [], (workload, headroom)
-    hit = _search(config, inst, nodes, *args, lean, lean_modes)
-    if hit:
-        return [f"{flags} on {_where(inst, nodes)}: {_say(hit, workload)}"]
-    found = _more_nodes(config, inst, nodes, *args, lean, lean_modes)
-    if found:
-        n, hit = found
-        out.append(f"{flags} on {n} x {inst.name} (--nodes {n}): {_say(hit, workload)}")
-    for other in bigger:
-        hit = _search(config, other, 1, *args, lean, lean_modes)
-        if hit:
-            out.append(f"{flags} on one {other.name}: {_say(hit, workload)}")
-            break
-        found = _more_nodes(config, other, 1, *args, lean, lean_modes)
-        if found:
-            n, hit = found
-            out.append(f"{flags} on {n} x {other.name} (--nodes {n}): {_say(hit, workload)}")
-            break
-    return out
-
-
-def _shorter_seq(config, inst, nodes, workload, headroom, mem_kwargs, modes) -> list[str]:
-    """The leanest settings with the sequence halved until it fits (down to 128), or what was tried."""
-    lean, lean_modes, flags = _lean(mem_kwargs, modes, workload)
-    seq = mem_kwargs["seq"] // 2
+    lean, lean_modes = {**kw, "batch": 1}, ("full",) if train else modes  # not tried here: one change covers it
+    flags = " ".join(["--batch 1"] * (kw["batch"] > 1) + ["--checkpointing full"] * (train and modes[-1] != "full"))
+    if out := out or elsewhere(lean, lean_modes, flags, True):
+        return out
+    seq = kw["seq"] // 2
     while seq >= 128:
-        changes = {**lean, "seq": seq}
-        if mem_kwargs.get("cache_length") is not None:
-            changes["cache_length"] = min(mem_kwargs["cache_length"], seq)
-        hit = _search(config, inst, nodes, workload, headroom, changes, lean_modes)
-        if hit:
-            return [f"{flags} --seq {seq} on {_where(inst, nodes)}: {_say(hit, workload)}"]
+        shorter = {**lean, "seq": seq, "cache_length": kw["cache_length"] and min(kw["cache_length"], seq)}
+        if hit := _search(config, inst, nodes, workload, headroom, shorter, lean_modes):
+            return [_say(f"{flags} --seq {seq}".strip(), here, hit, workload)]
         seq //= 2
     return [f"nothing the planner tried (up to {_NODE_COUNTS[-1]} nodes, batch 1"
-            + (", full activation checkpointing" if workload == "train" else "") + ", seq down to 128)"]
+            + (", full activation checkpointing" if train else "") + ", seq down to 128)"]
 
 
 #: AWS's published layout for Qwen3-8B training on one trn2.48xlarge (TorchTitan Neuron tutorial).
@@ -464,102 +396,76 @@ AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": DEFAULT_INSTANCE, "
                        "checkpointing": "selective", "config": "qwen3_8b_tp4_fsdp16_sac", "source": TORCHTITAN_TUTORIAL_URL}
 
 
-def _tried_text(tried: list, chosen: dict, workload: str = "train") -> str:
-    """The meshes tried before the chosen one and their bytes, grouped by checkpointing."""
-    failed = [t for t in tried if not t["fits"] and t is not chosen]
-    if not failed:
-        return ""
-    by_mode: dict[str, list[str]] = {}
-    for t in failed:
-        mesh = (f"{t['replicas']} replicas of tp={t['tp_size']}" if t["replicas"] > 1
-                else f"tp={t['tp_size']} x fsdp={t['fsdp_size']}")
-        by_mode.setdefault(t["checkpointing"], []).append(f"{mesh} needs {t['total_bytes'] / GiB:.1f} GiB")
-    if workload != "train":
-        return "Tried first: " + ", ".join(v for values in by_mode.values() for v in values) + ". "
-    return "Tried first: " + "; ".join(f"{checkpointing_label(m)}: {', '.join(v)}" for m, v in by_mode.items()) + ". "
-
-
-def _headline(choice: _Choice, budget: int, train: bool) -> str:
-    """The reason's first sentence: the mesh chosen (or given), and its bytes against the budget."""
+def _headline(choice: _Choice, budget: int, hbm: int, train: bool) -> str:
+    """The reason's first sentences: the mesh chosen (or given), its bytes against the budget, what was tried first."""
     best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
     ckpt = f" with {checkpointing_label(mode, plan.checkpoint_every)}" if train and mode != "none" else ""
-    fits = f"{plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core. "
-    if choice.kind == "replicas":
-        return (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
-                f"{best.tp_size}) (tp={best.tp_size} x fsdp=1), " + fits)
-    if choice.kind == "given":
-        return f"Planned the mesh you gave: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, " + fits
-    return f"Recommended: tp={best.tp_size} x fsdp={best.fsdp_size}{ckpt}, " + fits
-
-
-def _serving_text(choice: _Choice, chip: int) -> str:
-    """Why serving replicas take no FSDP, and where each replica's TP group sits."""
-    best, plan = choice.candidate, choice.candidate.plan
-    why = ("Serving uses no FSDP: FSDP all-gathers every layer on every forward, that is for every new "
-           "token; each replica holds the whole model and answers its own requests. ")
-    if best.tp_size > 1:
-        why += (f"tp={best.tp_size} keeps each replica inside one chip ({chip} logical cores per chip), "
-                f"where its all-reduces stay on the chip. ")
-    return why + f"Each replica serves {plan.batch} sequence(s) of {plan.cache_length} cache positions."
-
-
-def _tp_text(choice: _Choice, chip: int) -> str:
-    """Why this tensor-parallel size: FSDP alone, TP inside a chip (and what was passed over), or across chips."""
-    best = choice.candidate
-    if best.tp_size == 1:
-        return ("FSDP alone fits: no tensor parallelism (Neuron's training best practices: start with the least "
-                "model parallelism that leaves memory headroom). ")
-    if best.tp_size > chip:
-        return (f"tp={best.tp_size} spans {best.tp_size // chip} chips, against Neuron's advice to keep TP within "
-                f"a chip ({chip} logical cores): " + ("you asked for it. " if choice.kind == "given" else
-                                                      "no mesh with TP inside a chip fits. "))
-    why = (f"tp={best.tp_size} keeps each TP group inside one chip ({chip} logical cores per chip; Neuron's "
-           f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay "
-           f"on the chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
-    if choice.passed_over:
-        fit = ", ".join(f"tp={c.tp_size} x fsdp={c.fsdp_size} ({c.plan.total / GiB:.2f} GiB)"
-                        for c in choice.passed_over)
-        why += (f"{fit} would fit too, but the planner passes over TP smaller than a chip: after FSDP alone "
-                f"its next step is a whole chip of TP (tp={best.tp_size}), following Neuron's \"Keep TP4 within "
-                f"a chip\" and AWS's published tp=4 x fsdp=16 recipe for Qwen3-8B; a layout rule, not a measured "
-                f"speed-up. ")
+    head = (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
+            f"{best.tp_size}) (tp={best.tp_size} x fsdp=1)" if choice.kind == "replicas" else
+            f"Planned the mesh you gave: {best.mesh}{ckpt}" if choice.kind == "given" else
+            f"Recommended: {best.mesh}{ckpt}")
+    why = (f"{head}, {plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core ({hbm / GiB:.0f} GiB of HBM "
+           f"minus the planner's assumed {1 - budget / hbm:.0%} headroom; the runtime's own overhead is not published). ")
+    failed: dict[str, list[str]] = {}   # by checkpointing mode
+    for t in (t for t in choice.tried if not t["fits"]):
+        mesh = (f"{t['replicas']} replicas of tp={t['tp_size']}" if t["replicas"] > 1
+                else f"tp={t['tp_size']} x fsdp={t['fsdp_size']}")
+        failed.setdefault(t["checkpointing"], []).append(f"{mesh} needs {t['total_bytes'] / GiB:.1f} GiB")
+    if failed:
+        why += "Tried first: " + "; ".join((f"{checkpointing_label(m)}: " if train else "") + ", ".join(v)
+                                           for m, v in failed.items()) + ". "
     return why
 
 
-def _sharding_text(choice: _Choice, config, train: bool) -> str:
-    """What FSDP shards, what checkpointing recomputes, and each rank's micro-batch."""
+def _why(choice: _Choice, config, chip: int, train: bool) -> str:
+    """Why this layout: serving replicas without FSDP; or this TP (alone, in a chip, across chips), FSDP, recompute."""
     best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
-    why = ""
+    if choice.kind == "replicas":
+        return ("Serving uses no FSDP: FSDP all-gathers every layer on every forward, that is for every new token; "
+                "each replica holds the whole model and answers its own requests. "
+                + (f"tp={best.tp_size} keeps each replica inside one chip ({chip} logical cores per chip), where its "
+                   "all-reduces stay on the chip. " if best.tp_size > 1 else "")
+                + f"Each replica serves {plan.batch} sequence(s) of {plan.cache_length} cache positions.")
+    if best.tp_size == 1:
+        why = ("FSDP alone fits: no tensor parallelism (Neuron's training best practices: start with the least model "
+               "parallelism that leaves memory headroom). ")
+    elif best.tp_size > chip:
+        why = (f"tp={best.tp_size} spans {best.tp_size // chip} chips, against Neuron's advice to keep TP within a "
+               f"chip ({chip} logical cores): "
+               + ("you asked for it. " if choice.kind == "given" else "no mesh with TP inside a chip fits. "))
+    else:
+        why = (f"tp={best.tp_size} keeps each TP group inside one chip ({chip} logical cores per chip; Neuron's "
+               f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay on the "
+               "chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
+        if choice.passed_over:   # the ladder's rule, said as one
+            why += (", ".join(f"{c.mesh} ({c.plan.total / GiB:.2f} GiB)" for c in choice.passed_over)
+                    + " would fit too, but the planner passes over TP smaller than a chip: after FSDP alone its next "
+                    f"step is a whole chip of TP (tp={best.tp_size}), following Neuron's \"Keep TP4 within a chip\" "
+                    "and AWS's published tp=4 x fsdp=16 recipe for Qwen3-8B; a layout rule, not a measured speed-up. ")
     if best.fsdp_size > 1:
         why += ("FSDP shards the weights" + (", gradients and optimizer state" if train else "")
                 + f" over {best.fsdp_size} ranks and gathers each layer when it runs, overlapping compute. ")
     if train and mode != "none":
-        layers = model_spec(config).dims["layers"]
-        recomputed = checkpointed_layers(layers, mode, plan.checkpoint_every)
-        why += (f"Checkpointing recomputes {recomputed} of {layers} layers' forward in backward: about "
-                f"{recompute_fraction(config, plan.seq, mode, checkpoint_every=plan.checkpoint_every):.0%} more "
-                f"compute per step (estimate from FLOPs). ")
+        layers, every = model_spec(config).dims["layers"], plan.checkpoint_every
+        why += (f"Checkpointing recomputes {checkpointed_layers(layers, mode, every)} of {layers} layers' forward in "
+                f"backward: about {recompute_fraction(config, plan.seq, mode, checkpoint_every=every):.0%} more "
+                "compute per step (estimate from FLOPs). ")
     return why + (f"Each FSDP rank runs its own micro-batch of {plan.batch} x {plan.seq} tokens "
                   f"(global batch {plan.batch * best.fsdp_size * best.replicas}).")
 
 
 def _recipe_text(choice: _Choice, inst: Instance, label: str, auto: bool) -> str:
     """How the plan compares with AWS's published layout, when it plans that model on that instance."""
-    best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
-    recipe = AWS_QWEN3_8B_RECIPE
-    same = (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"])
-    if same:
-        return (f" This is AWS's published layout for {label} on a {inst.name} (TorchTitan config "
-                f"{recipe['config']}; which selective option that config sets was not found: "
-                f"'{every_nth_layer(plan.checkpoint_every)}' is the planner's assumption).")
-    if choice.kind == "given":
-        because = "you gave the mesh."
-    elif not auto:
-        because = f"you fixed the checkpointing ({checkpointing_label(mode, plan.checkpoint_every)})."
-    else:
-        because = (f"at this workload tp={best.tp_size} x fsdp={best.fsdp_size} with "
-                   f"{checkpointing_label(mode, plan.checkpoint_every).replace('activation ', '')} fits already "
-                   f"(less model parallelism or less recompute).")
+    best, plan, mode, recipe = choice.candidate, choice.candidate.plan, choice.mode, AWS_QWEN3_8B_RECIPE
+    if (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"]):
+        return (f" It is the mesh of AWS's published layout for {label} on a {inst.name} (TorchTitan config "
+                f"{recipe['config']}) by construction, since the ladder follows that layout: not an independent "
+                f"confirmation. Which selective option that config sets was not found: "
+                f"'{every_nth_layer(plan.checkpoint_every)}' is the planner's assumption.")
+    ckpt = checkpointing_label(mode, plan.checkpoint_every)
+    because = ("you gave the mesh." if choice.kind == "given" else f"you fixed the checkpointing ({ckpt})."
+               if not auto else f"at this workload {best.mesh} with {ckpt.replace('activation ', '')} fits "
+               "already (less model parallelism or less recompute).")
     return (f" AWS's published layout for {label} on a {inst.name} is tp=4 x fsdp=16 with selective activation "
             f"checkpointing (TorchTitan config {recipe['config']}); here it is not recommended because " + because)
 
@@ -567,19 +473,15 @@ def _recipe_text(choice: _Choice, inst: Instance, label: str, auto: bool) -> str
 def _reason(choice: _Choice, config, inst: Instance, nodes: int, budget: int, workload: str, label: str,
             auto: bool = True) -> str:
     """The recommendation in words: the mesh, what was tried, why this TP and FSDP, AWS's layout."""
-    train, chip = workload == "train", inst.cores_per_chip
-    why = _headline(choice, budget, train) + _tried_text(choice.tried, choice.tried[-1], workload)
-    if choice.kind == "replicas":
-        return why + _serving_text(choice, chip)
-    why += _tp_text(choice, chip) + _sharding_text(choice, config, train)
-    recipe = AWS_QWEN3_8B_RECIPE
-    if train and label == recipe["model"] and inst.name == recipe["instance"] and nodes == 1:
+    train, recipe = workload == "train", AWS_QWEN3_8B_RECIPE
+    why = _headline(choice, budget, inst.hbm_per_core, train) + _why(choice, config, inst.cores_per_chip, train)
+    if train and (label, inst.name, nodes) == (recipe["model"], recipe["instance"], 1):
         why += _recipe_text(choice, inst, label, auto)
     return why
 
 
 def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference", *, batch: int = 1,
-              seq: int = 2048, headroom: float = 0.1, nodes: int = 1, tp_size: int | None = None,
+              seq: int | None = None, headroom: float = 0.1, nodes: int = 1, tp_size: int | None = None,
               fsdp_size: int | None = None, dtype="bfloat16", master_weights: str = "fp32",
               optimizer: str = "adamw", gradient_checkpointing: bool | str | None = None,
               cache_length: int | None = None, checkpoint_every: int = 2) -> MeshPlan:
@@ -595,12 +497,13 @@ def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference
     chips. Inference first tries independent replicas without FSDP (tp=1, 2, 4 within a chip),
     then the same FSDP ladder. Meshes the model or the launch cannot take are rejected with the
     message of :func:`trnlab.mesh.validate_parallel_sizes`. ``tp_size``/``fsdp_size`` plan
-    only that mesh (its heads checked first). ``batch`` is the micro-batch of each FSDP rank.
+    only that mesh (its heads checked first). ``batch`` is the micro-batch of each FSDP rank; ``seq``
+    (default 2048) and ``cache_length`` are at most the model's ``max_position_embeddings``.
 
     Raises :class:`PlanError`: unknown or trn1 instance; bad sizes (``tp_size=0``, a tp the heads
-    do not divide by); a given mesh the model or launch cannot take; no mesh fits (the message says
-    what would: more nodes, a larger instance, a smaller batch or sequence, checkpointing, each
-    computed). Returns a :class:`MeshPlan`. Used by notebook 06 and ``python -m trnlab plan``.
+    do not divide by, a seq past the model's positions); a given mesh the model or launch cannot
+    take; no mesh fits (the message says what would: more nodes, a larger instance, a smaller batch
+    or sequence, checkpointing, each computed). Returns a :class:`MeshPlan`. Used by notebook 06 and ``python -m trnlab plan``.
     """
     inst = get_instance(instance)
     config, label = config_and_label(config)
@@ -608,11 +511,17 @@ def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference
         raise PlanError(f"nodes={nodes!r}: a whole number >= 1")
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom={headroom!r}: a fraction in [0, 1)")
+    limit = model_spec(config).dims["max_position_embeddings"]
+    seq = min(2048, limit or 2048) if seq is None else seq
     workload_key = workload_name(workload)
     modes = _modes(gradient_checkpointing, workload_key == "train")
     mem_kwargs = dict(batch=batch, seq=seq, dtype=dtype, master_weights=master_weights, optimizer=optimizer,
                       cache_length=cache_length, checkpoint_every=checkpoint_every)
     plan_memory(config, workload=workload_key, **{**mem_kwargs, "gradient_checkpointing": modes[0]})  # checks inputs
+    for name, value in (("seq", seq), ("cache_length", cache_length)):
+        if limit and value is not None and value > limit:
+            raise PlanError(f"{name}={value}: the model takes at most {limit} positions ({label}'s "
+                            f"max_position_embeddings): use {name} <= {limit}")
     given = (_given_mesh(config, inst, nodes, tp_size, fsdp_size)
              if tp_size is not None or fsdp_size is not None else None)
     settings = {**mem_kwargs, "dtype": dtype_name(dtype), "gradient_checkpointing":
@@ -662,53 +571,21 @@ def _shown_candidates(config, inst: Instance, nodes: int, workload: str, label: 
 def _no_fit_error(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
                   modes: tuple, given, cands: list, label: str) -> PlanError:
     """The error for a workload no mesh fits: the leanest mesh's bytes, and what would fit (computed)."""
-    train, where = workload == "train", _where(inst, nodes)
-    budget = int(inst.hbm_per_core * (1 - headroom))
+    train, where, budget = workload == "train", _where(inst, nodes), int(inst.hbm_per_core * (1 - headroom))
     leanest = min((c for c in cands if c.plan is not None), key=lambda c: c.plan.total)
-    what = f"{'training' if train else 'inference'} (micro-batch {mem_kwargs['batch']} x {mem_kwargs['seq']} per rank)"
     alternatives = _what_would_fit(config, inst, nodes, workload, headroom, mem_kwargs, modes)
-    if given is not None:
-        other = _search(config, inst, nodes, workload, headroom, mem_kwargs, modes)
-        if other is not None:
-            alternatives.insert(0, f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size} on "
-                                   f"{where}: {_say(other, workload)}")
-    every = mem_kwargs["checkpoint_every"]
-    ckpt = f" even with {checkpointing_label(modes[-1], every)}" if train and modes[-1] != "none" else ""
-    head = (f"{label} {what} does not fit tp={leanest.tp_size} x fsdp={leanest.fsdp_size} on {where}{ckpt}: "
-            f"it needs " if given is not None else
-            f"{label} {what} fits no mesh on {where}{ckpt}: the leanest, tp={leanest.tp_size} x "
-            f"fsdp={leanest.fsdp_size}, needs ")
+    if given is not None and (other := _search(config, inst, nodes, workload, headroom, mem_kwargs, modes)):
+        alternatives.insert(0, _say(f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size}", where, other,
+                                    workload))
+    ckpt = (f" even with {checkpointing_label(modes[-1], mem_kwargs['checkpoint_every'])}"
+            if train and modes[-1] != "none" else "")
+    what = (f"{label} {'training' if train else 'inference'} (micro-batch {mem_kwargs['batch']} x {mem_kwargs['seq']} "
+            f"per rank)")
+    mesh = f"tp={leanest.tp_size} x fsdp={leanest.fsdp_size}"
+    head = (f"{what} does not fit {mesh} on {where}{ckpt}: it needs " if given is not None else
+            f"{what} fits no mesh on {where}{ckpt}: the leanest, {mesh}, needs ")
     return PlanError(
         head + f"{leanest.plan.total / GiB:.1f} GiB per core, {budget / GiB:.1f} GiB usable "
-        f"({inst.hbm_per_core / GiB:.0f} GiB minus {headroom:.0%} headroom). What would fit: "
+        f"({inst.hbm_per_core / GiB:.0f} GiB minus the planner's assumed {headroom:.0%} headroom). What would fit: "
         + "; ".join(alternatives) + ".")
 
-
-# ---------------------------------------------------------------------------------------------
-# Names that lived here in trnlab 0.1: the planner was one module then (removed in trnlab 0.3)
-# ---------------------------------------------------------------------------------------------
-
-def resolve_config(model=None):
-    """Deprecated: ``(config, label)``; use :func:`trnlab.load_config` (the label is ``config.name_or_path``)."""
-    warn_deprecated("planning.resolve_config", "trnlab.load_config(model) (it returns the config; its name is "
-                    "config.name_or_path)")
-    return config_and_label(model)
-
-
-#: Old ``trnlab.planning`` names and where each lives now: ``trnlab.planning.X`` still works, with a
-#: FutureWarning saying where to import it from. The names planning imports itself (``plan_memory``,
-#: ``PlanError``, ``GiB``, ...) are plain attributes of it, as every import is; their home is the
-#: module whose ``__all__`` lists them.
-__getattr__ = moved_names("trnlab.planning", {
-    **dict.fromkeys(("UNSUPPORTED_INSTANCES", "InstanceError", "LNC_URL", "TORCHNEURON_QUICKSTART_URL",
-                     "TRAINIUM2_URL", "TRAINIUM3_URL", "TRN2_ARCH_URL", "TRN3_ARCH_URL"), "trnlab.instances"),
-    **dict.fromkeys(("SHIPPED_MODELS", "CONFIG_DIR"), "trnlab.models"),
-    **dict.fromkeys(("REQUIRED_FIELDS", "TensorShard", "parameter_shards"), "trnlab.sharding"),
-    **dict.fromkeys(("parameter_bytes", "gradient_bytes", "optimizer_bytes", "fsdp_buffer_bytes",
-                     "train_activation_bytes", "inference_activation_bytes", "kv_cache_bytes", "BACKWARD_PER_FORWARD",
-                     "DTYPE_BYTES", "COMPONENT_LABELS", "TRAIN_ACTIVATION_FORMULA", "INFERENCE_ACTIVATION_FORMULA",
-                     "SELECTIVE_ACTIVATION_FORMULA", "ACTIVATION_FORMULA"), "trnlab.memory_model"),
-    "format_plan": "trnlab.tables",
-    "plot_memory_plan": "trnlab.plots",
-    "main": ("trnlab.cli.plan", "`python -m trnlab plan ...` or `trnlab.cli.plan.main(argv)`"),
-})

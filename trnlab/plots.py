@@ -1,19 +1,6 @@
 """Every chart of the course: one function per picture, each returns its figure.
-
-They take plain rows (lists of dicts), e.g. :meth:`trnlab.CompileTracker.table`,
-:meth:`trnlab.bench.WorkloadResult.table`, :meth:`trnlab.TrainingRecorder.summary` or the
-rank reports of notebook 05, so they work with any code that makes such rows, or a plan.
-matplotlib is imported inside each function: it is needed only to draw.
-
-* compiling (notebook 03): :func:`plot_compile_growth`, :func:`plot_padding_waste`,
-  :func:`plot_buckets`, :func:`plot_generation_comparison`;
-* training (notebook 04): :func:`draw_loss_curve`, :func:`plot_strategy_comparison`;
-* sharding (notebook 05): :func:`plot_mesh`, :func:`plot_losses`;
-* planning a run (notebook 06): :func:`plot_memory_plan`.
-
-The text tables are in :mod:`trnlab.tables`; :func:`format_table`, :func:`format_steps`,
-:func:`memory_table`, :func:`placement_table` and :func:`text_table` are still importable from here.
-"""
+They take plain rows (lists of dicts) such as :meth:`trnlab.CompileTracker.table`; matplotlib is imported only to draw.
+The text tables are in :mod:`trnlab.tables` (still importable from here)."""
 
 from __future__ import annotations
 
@@ -32,12 +19,8 @@ __all__ = [
 
 def plot_compile_growth(runs: Mapping[str, Sequence[dict]], title: str | None = None):
     """Graphs compiled and cumulative compile seconds against requests, one line per run.
-
-    Each run is a list of rows with ``graphs_so_far`` and ``compile_seconds_so_far``; rows
-    that also have ``shapes_so_far`` add a dashed line of the distinct shapes seen, so a gap
-    between the two shows where compilation stopped (dynamo's recompile limit).
-    Notebook 03 plots unbucketed against bucketed generation with it.
-    """
+    Rows have ``graphs_so_far`` and ``compile_seconds_so_far``; ``shapes_so_far`` adds a dashed line of distinct shapes
+    (a gap shows where dynamo's recompile limit stopped compiling)."""
     import matplotlib.pyplot as plt
 
     fig, (graphs_ax, seconds_ax) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -62,10 +45,7 @@ def plot_compile_growth(runs: Mapping[str, Sequence[dict]], title: str | None = 
 
 def plot_padding_waste(rows: Sequence[dict], title: str | None = None):
     """Padding waste (percent of processed tokens) against the number of buckets ``k``.
-
-    ``rows`` come from :func:`trnlab.padding_by_bucket_count`; each point is
-    labelled with its bucket lengths. Notebook 03 uses it to pick a graph budget.
-    """
+    ``rows`` come from :func:`trnlab.padding_by_bucket_count`; each point is labelled with its bucket lengths."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -86,11 +66,7 @@ def plot_padding_waste(rows: Sequence[dict], title: str | None = None):
 
 def plot_buckets(lengths: Sequence[int], buckets: Sequence[int], ax=None, title: str | None = None):
     """Every prompt as a bar (sorted by length), with the bucket it is padded to drawn above it.
-
-    The shaded part of each bar is padding: the picture behind :func:`trnlab.bucket_pad_tokens`.
-    ``buckets`` come from :func:`trnlab.choose_buckets`; returns the figure. Notebook 03's
-    bucket slider (:func:`trnlab.bucket_slider`) redraws it for each ``k``.
-    """
+    The shaded part of each bar is padding; ``buckets`` come from :func:`trnlab.choose_buckets`. Returns the figure."""
     import bisect
 
     import matplotlib.pyplot as plt
@@ -116,11 +92,7 @@ def plot_buckets(lengths: Sequence[int], buckets: Sequence[int], ax=None, title:
 
 def plot_generation_comparison(rows: Sequence[dict], title: str | None = None):
     """Bars per run: first call against steady-state seconds, and steady-state tokens/s.
-
-    Each row has ``label``, ``first_call_seconds``, ``steady_seconds`` and
-    ``steady_tokens_per_second`` (e.g. :func:`trnlab.time_generation` rows).
-    Notebook 03's eager-vs-compiled chart.
-    """
+    Rows have ``label``, ``first_call_seconds``, ``steady_seconds`` and ``steady_tokens_per_second``."""
     import matplotlib.pyplot as plt
 
     fig, (time_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -145,7 +117,6 @@ def plot_generation_comparison(rows: Sequence[dict], title: str | None = None):
     return fig
 
 
-# ---------------------------------------------------------------------------------------------
 # Training (notebook 04)
 
 
@@ -161,12 +132,9 @@ def draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_
 
 
 def plot_strategy_comparison(results: Mapping[str, Mapping]):
-    """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy.
-
-    Panels (those present in the dicts): graphs compiled, seconds spent in compiling steps,
-    steady step time, padding waste, real tokens per second (steady, and over all steps),
-    final loss; "n/a" marks a missing value. Returns the matplotlib figure. Used by notebook 04.
-    """
+    """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy; returns the figure.
+    A panel per figure present (graphs, compile seconds, step time, padding waste, real tokens/s, final loss); "n/a"
+    marks a missing value."""
     import matplotlib.pyplot as plt
 
     panels = [("graphs", "graphs compiled"), ("compiling_step_seconds", "seconds in compiling steps"),
@@ -193,17 +161,12 @@ def plot_strategy_comparison(results: Mapping[str, Mapping]):
     return fig
 
 
-# ---------------------------------------------------------------------------------------------
 # Sharding (notebook 05)
 
 
 def plot_mesh(ranks: list[dict], names: list[str], ax=None):
-    """Draw the fsdp x tp device mesh: one box per rank with the weight rows it holds.
-
-    Rows of the grid are fsdp coordinates: the ranks in one row form a TP group (the two halves
-    of every layer, fed the same slice of the batch). Columns are tp coordinates: the ranks in
-    one column form an FSDP group, which shards that half again and splits the data. Returns the axes.
-    """
+    """Draw the fsdp x tp device mesh: one box per rank with the weight rows it holds; returns the axes.
+    Each row of the grid is a TP group (fed the same batch slice), each column an FSDP group."""
     import matplotlib.pyplot as plt
 
     fsdp_size, tp_size = ranks[0]["fsdp_size"], ranks[0]["tp_size"]
@@ -237,10 +200,7 @@ def plot_mesh(ranks: list[dict], names: list[str], ax=None):
 
 def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None):
     """The loss per step each rank's ``Trainer`` logged (the global batch's), and the one-process reference.
-
-    Every rank logs the same loss (Trainer averages it over the data-parallel ranks), so the
-    ranks' markers sit on one line; the reference (dashed) should lie on it too. Returns the axes.
-    """
+    Every rank logs the same loss, so the markers and the dashed reference should lie on one line. Returns the axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -260,11 +220,8 @@ def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None
 
 def plot_memory_plan(plans, budget: int | None = None, ax=None, title: str | None = None):
     """Stacked bars of bytes per rank by component, one bar per mesh; returns the figure.
-
-    ``plans``: a :class:`~trnlab.planning.MeshPlan` (every valid mesh; the HBM per core and the usable
-    budget are drawn as lines), a dict ``{label: MemoryPlan}``, or a list of MemoryPlans. ``budget``:
-    bytes per core to draw when ``plans`` is not a MeshPlan. Notebook 06.
-    """
+    ``plans``: a :class:`~trnlab.planning.MeshPlan` (HBM per core and usable budget drawn as lines), a dict
+    ``{label: MemoryPlan}`` or a list of MemoryPlans; ``budget`` is drawn when ``plans`` is not a MeshPlan."""
     import matplotlib.pyplot as plt
 
     hbm = None

@@ -1,47 +1,6 @@
-"""The course's notebook rules for nbval, as a pytest plugin you can use in your own CI.
-
-Run your notebooks as tests the way the course runs its own::
-
-    pytest -p trnlab.pytest_plugin --nbval-lax notebooks/
-
-The plugin keeps nbval's own conventions (its comment markers and cell tags, ``--nbval`` and
-``--nbval-lax``) and adds:
-
-* **sanitizing** (:func:`course_patterns`), each pattern tied to its context, applied after
-  your own ``--nbval-sanitize-with`` patterns; ``--trnlab-no-sanitize`` turns them off:
-
-  - memory addresses in reprs: ``<Foo object at 0x7f3a...>`` (a bare ``0x3610a686`` stays);
-  - timings in the course's formats: a decimal number before ``s``/``ms``/``µs``/``min``
-    (``0.205 s``; ``30 s`` and ``every 5 seconds`` stay), and rates (``195.4 tokens/s``);
-  - device names after ``device:``/``device=`` and in ``device(type='...')``;
-  - versions after a package name: ``torch 2.13.0+cpu``, ``transformers==5.24.0``;
-  - this machine's paths, written the way ``tools/normalize_notebooks.py`` stores them: the
-    temporary folder as ``<tmp>`` (and the 8 random characters ``tempfile.mkdtemp`` ends a
-    folder name in it with), site-packages as ``<site-packages>``, pytest's root folder as
-    repo-relative paths, the home folder as ``~``. Any other path is compared as it is.
-* **stderr is not compared**: warnings and progress bars go there and differ by machine.
-* with ``--trnlab-rules``, **one more test item per notebook**, ``<notebook>::trnlab rules``
-  (:func:`notebook_problems`), that fails with a message naming the problem: cells executed out of order, a stored error
-  (outside ``raises-exception`` cells), a cell marked for checking that was never executed
-  (nbval skips comparing it, so that check can never fail), or nothing nbval would compare.
-  Skipped cells (``# NBVAL_SKIP``, tag ``nbval-skip``) are left out of every rule.
-  These rules are stricter than nbval's own (nbval accepts such notebooks), so they are
-  opt-in: without ``--trnlab-rules`` the plugin never fails a notebook that nbval accepts.
-* **bundled-model cells**: a checked cell tagged ``bundled-model`` holds output of the course's
-  bundled tiny model. When ``TRNLAB_MODEL`` (in the environment or in a ``--notebook-env`` run)
-  names another model, it runs unchecked, and the terminal summary says how many per notebook.
-* the notebooks run in pytest's own Python environment (``--nbval-current-env``) unless you
-  pass ``--nbval-kernel-name``.
-* ``--notebook-env "NAME=VALUE [NAME=VALUE ...]"`` runs every notebook **once more**, its
-  kernel started with those variables set (:func:`parse_notebook_env`). Repeat the option for
-  more runs: ``--notebook-env TRNLAB_DTYPE=bfloat16 --notebook-env TRNLAB_MODEL=/models/other``
-  is two extra runs. A notebook whose code never names any of the variables is not run again
-  (one skipped item says so). Each run is its own test file,
-  ``notebooks/02_inference.ipynb[TRNLAB_DTYPE=bfloat16]``, so ``pytest-xdist -n 2 --dist
-  loadfile`` runs it beside the others.
-
-The course's ``make test`` uses this same plugin.
-"""
+"""The course's notebook rules for nbval, as a pytest plugin: ``pytest -p trnlab.pytest_plugin --nbval-lax notebooks/``.
+Adds the course's sanitizing (:func:`course_patterns`), ignores stderr, and has ``--trnlab-rules`` (a rules item per
+notebook), ``--notebook-env`` (one more run per option) and unchecked ``bundled-model`` cells under another model."""
 
 from __future__ import annotations
 
@@ -76,6 +35,16 @@ SANITIZE_PATTERNS = {
     r"(?<![\w.])\d+\.\d+ (?:s|ms|µs|us|min)(?!\w)": "<TIME>",
     # Throughputs: any number before a per-second rate unit.
     r"(?<![\w.])\d+(?:\.\d+)? ?(?:tokens/s|tok/s|samples/s|steps/s|it/s)(?!\w)": "<RATE>",
+    # Trainer's speed metrics: the keys Transformers calls speed metrics (ending in _runtime or
+    # _per_second) under Trainer's prefixes (train_, eval_[name_], test_), as a metrics dict prints
+    # them ('train_runtime': 1.2823; PrinterCallback quotes them: '1.282') and as log_metrics does.
+    r"""(['"](?:train|eval|test)\w*_runtime['"]: )(['"]?)\d+(?:\.\d+)?(?:e[-+]\d+)?\2(?![\w.])""": r"\1<TIME>",
+    r"""(['"](?:train|eval|test)\w*_per_second['"]: )(['"]?)\d+(?:\.\d+)?(?:e[-+]\d+)?\2(?![\w.])""":
+        r"\1<RATE>",
+    r"(?m)^( +(?:train|eval|test)\w*_runtime +=) +(?:\d+ days?, )?\d+:\d\d:\d\d\.\d\d$": r"\1 <TIME>",
+    r"(?m)^( +(?:train|eval|test)\w*_per_second +=) +\d+(?:\.\d+)?(?:e[-+]\d+)?$": r"\1 <RATE>",
+    # trnlab.run_summary()'s whole seconds, in its own words (the graph count is still compared).
+    r"(this notebook compiled \d+ graph\(s\) in )\d+ s( on )": r"\1<TIME>\2",
     # Device names after device: / device= (a device index included).
     r"(?<![A-Za-z0-9])(device\s*[:=]\s*['\"]?)(?:cpu|cuda|neuron|xla|mps|xpu|hpu|npu)(?::\d+)?(?![\w])": r"\1<DEVICE>",
     r"device\(type=['\"](?:cpu|cuda|neuron|xla|mps|xpu|hpu|npu)['\"](?:, index=\d+)?\)": "device(<DEVICE>)",
@@ -91,10 +60,7 @@ _MKDTEMP_RANDOM = r"[a-z0-9_]{8}"
 
 def machine_path_patterns(rootdir: str | os.PathLike | None = None) -> dict[str, str]:
     """This machine's paths -> the way the course stores them (``<tmp>``, ``~``, repo-relative...).
-
-    Literal prefixes of this machine only, at a path boundary, longest first: two different
-    paths never compare equal, except for the random part of a ``tempfile.mkdtemp`` folder.
-    """
+    Literal prefixes at a path boundary, longest first: distinct paths never compare equal (bar a ``mkdtemp`` suffix)."""
     start, end = r"(?<![\w.+~-])", r"(?![\w.+-])"
     prefixes: list[tuple[str, str]] = []
     root = str(Path(rootdir).resolve()) if rootdir is not None else None
@@ -129,7 +95,7 @@ def sanitize(text: str, rootdir: str | os.PathLike | None = None) -> str:
     return text
 
 
-# --- what nbval does with each cell -------------------------------------------------------
+# What nbval does with each cell
 
 def _source(cell) -> str:
     source = cell.get("source", "")
@@ -137,12 +103,8 @@ def _source(cell) -> str:
 
 
 def cell_options(cell, strict: bool = False) -> dict[str, bool]:
-    """nbval's options for one code cell, read as nbval reads them.
-
-    Tags (``nbval-skip``, ``raises-exception``, ``nbval-check-output``, ``nbval-ignore-output``)
-    first, then comment markers (``# NBVAL_SKIP``...), which win; ``check`` defaults to
-    ``strict`` (``--nbval`` compares every cell, ``--nbval-lax`` only the marked ones).
-    """
+    """nbval's options for one code cell, read as nbval reads them: tags first, then comment markers, which win.
+    ``check`` defaults to ``strict`` (``--nbval`` compares every cell, ``--nbval-lax`` only the marked ones)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # nbval warns about conflicting markers itself
         options = defaultdict(bool, find_metadata_tags(cell.get("metadata", {})))
@@ -152,19 +114,9 @@ def cell_options(cell, strict: bool = False) -> dict[str, bool]:
 
 
 def notebook_problems(path: str | Path, strict: bool = False, require_all_executed: bool = False) -> list[str]:
-    """What is wrong with the committed notebook at ``path`` (empty list: nothing).
-
-    The checks of the ``trnlab rules`` item, under nbval's conventions (``strict``: ``--nbval``,
-    else ``--nbval-lax``); skipped cells are left out of every check:
-
-    * executed cells in order from the top, each once;
-    * no error output, except in cells marked ``raises-exception``;
-    * no cell nbval is told to compare (marker or tag) left unexecuted: nbval would skip it;
-    * at least one executed cell that nbval compares.
-
-    An unmarked unexecuted cell is nbval's "implicit skip of output check"; with
-    ``require_all_executed`` (the course's own notebooks) it is a problem too.
-    """
+    """What is wrong with the committed notebook at ``path`` (empty list: nothing), for the ``trnlab rules`` item.
+    Cells executed in order, once; errors only in ``raises-exception`` cells; no checked cell unexecuted; at least one
+    compared cell; with ``require_all_executed`` no unexecuted cell at all. Skipped cells are left out."""
     path = Path(path)
     try:
         notebook = json.loads(path.read_text(encoding="utf-8"))
@@ -236,7 +188,7 @@ def _is_notebook_collector(node) -> bool:
     return isinstance(node, IPyNbFile) and hasattr(node, "skip_compare")
 
 
-# --- --notebook-env -------------------------------------------------------------------------
+# --notebook-env
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 NOTEBOOK_ENV_HELP = (
@@ -248,11 +200,8 @@ NOTEBOOK_ENV_HELP = (
 
 def parse_notebook_env(spec: str) -> dict[str, str]:
     """The variables of one ``--notebook-env`` run: ``"A=1 B=0,1"`` -> ``{"A": "1", "B": "0,1"}``.
-
-    Variables are separated by spaces (shell quoting keeps a space in a value: ``"A='x y'"``).
-    A comma stays in the value (``NEURON_RT_VISIBLE_CORES=0,1``) unless another ``NAME=``
-    follows it: ``A=1,B=2`` is two variables, as in trnlab 0.1. Raises :class:`pytest.UsageError`.
-    """
+    Split on spaces (shell quoting keeps one in a value); a comma splits only before another ``NAME=`` (``A=1,B=2``).
+    Raises :class:`pytest.UsageError`."""
     usage = ("write NAME=VALUE, several separated by spaces, e.g. --notebook-env TRNLAB_DTYPE=bfloat16 or "
              "--notebook-env 'TRNLAB_DTYPE=bfloat16 NEURON_RT_VISIBLE_CORES=0,1'; repeat the option for "
              "another run")
@@ -316,10 +265,7 @@ class NotRunAgain(pytest.Item):
 
 class NotebookWithEnv(IPyNbFile):
     """A notebook run once more, its kernel started with :attr:`env` set (``--notebook-env``).
-
-    A notebook whose code never names any of the variables is not run again (the course's
-    notebooks read every setting in their parameter cell): one skipped item says so.
-    """
+    A notebook whose code never names any of the variables is not run again: one skipped item says so."""
 
     def __init__(self, *args, env: dict[str, str], **kwargs):
         super().__init__(*args, **kwargs)
@@ -340,14 +286,11 @@ class NotebookWithEnv(IPyNbFile):
             super().setup()
 
 
-# --- bundled-model cells ----------------------------------------------------------------------
+# Bundled-model cells
 
 def other_model(notebook) -> str | None:
     """The model a notebook run uses when it is not the bundled one (``None``: the bundled one).
-
-    ``TRNLAB_MODEL`` from the run's ``--notebook-env``, else from this environment; a relative
-    folder is read from the notebook's folder, as its kernel (started there) reads it.
-    """
+    ``TRNLAB_MODEL`` from the run's ``--notebook-env``, else this environment; a relative folder is the notebook's."""
     env = getattr(notebook, "env", {})
     value = env[MODEL_ENV_VAR] if MODEL_ENV_VAR in env else os.environ.get(MODEL_ENV_VAR)
     if not value:
@@ -400,7 +343,7 @@ class UncheckedCellsReport:
                                         f"unchecked ({reasons[0]}; their stored output is the bundled model's)")
 
 
-# --- hooks -------------------------------------------------------------------------------------
+# Hooks
 
 def _nbval_active(config) -> bool:
     return bool(getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False))

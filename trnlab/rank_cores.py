@@ -1,30 +1,6 @@
 """Give one torchrun rank its own NeuronCore of a subset, then run the training script in that process.
-
-    torchrun --nproc-per-node=4 -m trnlab.rank_cores 4-7 train.py --out run/
-
-When ``NEURON_RT_VISIBLE_CORES`` is unset, TorchNeuron's ``neuron`` process group gives each
-rank core ``LOCAL_RANK`` by itself (it sets the variable to ``LOCAL_RANK`` if unset, per the
-source snapshot in the course's trainium-facts), so plain torchrun on all cores needs nothing.
-A run on a *subset* of cores does: torchrun gives every rank the same environment, and a shared
-``NEURON_RT_VISIBLE_CORES=4-7`` would give every rank four cores. This module runs inside each
-rank, before the script imports torch, and sets ``NEURON_RT_VISIBLE_CORES`` to the
-``LOCAL_RANK``-th core of the list. :func:`trnlab.launch` and
-``torchrun_command(neuron_cores=...)`` put it in front of the script only in that case. The
-script runs as ``python SCRIPT ARGS`` (or ``-m MODULE ARGS``) would. Verified on CPU (each
-rank sees only its core); nothing of this has been run on a trn2.
-
-This module is the one place that reads or writes ``NEURON_RT_VISIBLE_CORES``, in one grammar
-(:func:`parse_core_list`, the Neuron runtime's, shared with ``--neuron-cores``):
-
-* parse: :func:`parse_core_list` / :func:`parse_neuron_cores`, :func:`format_core_list`,
-  :func:`visible_cores_setting` (the variable as this process has it), :func:`visible_neuron_cores`;
-* assign: :func:`rank_neuron_cores` (rank ``i`` gets the ``i``-th core), :func:`needs_rank_cores`;
-* apply: :func:`core_for_this_rank` and :func:`main`, inside each rank.
-
-It imports no torch on purpose (it runs before the script does), and nothing of trnlab, so
-:class:`LaunchConfigError`, the launch's error type, is defined here; :mod:`trnlab.mesh`,
-:mod:`trnlab.launcher` and :mod:`trnlab.runner` re-export it.
-"""
+``torchrun --nproc-per-node=4 -m trnlab.rank_cores 4-7 train.py ARGS``; the one place that reads or writes
+``NEURON_RT_VISIBLE_CORES``. Imports no torch (it runs first) and no trnlab, so :class:`LaunchConfigError` lives here."""
 from __future__ import annotations
 
 import os
@@ -52,11 +28,8 @@ class CoreListError(LaunchConfigError):
 
 def parse_core_list(value, name: str = VISIBLE_CORES_VAR) -> list[int]:
     """The NeuronCore numbers a core list names, in order: ``"0-3"`` -> ``[0, 1, 2, 3]``.
-
-    The forms are the Neuron runtime's: a single core (``"3"``), a range (``"0-3"``) or a list
-    of both (``"0,1,4-5"``). A core named twice is refused, since two ranks (or a rank and a
-    notebook kernel) must never share one. Raises :class:`CoreListError` naming ``name``.
-    """
+    The Neuron runtime's forms: ``"3"``, ``"0-3"``, ``"0,1,4-5"``; a core named twice is refused (ranks never share one).
+    Raises :class:`CoreListError` naming ``name``."""
     cores: list[int] = []
     text = str(value).replace(" ", "")
     for part in text.split(","):
@@ -88,11 +61,7 @@ def format_core_list(cores) -> str:
 
 def parse_neuron_cores(value: str, name: str = VISIBLE_CORES_VAR) -> list[int]:
     """The NeuronCore numbers a core list names, in order: ``"0-3"`` -> ``[0, 1, 2, 3]``.
-
-    :func:`trnlab.launch`'s ``neuron_cores``, ``--neuron-cores`` and ``python -m
-    trnlab.rank_cores`` take the forms of :func:`parse_core_list` (this is it, under the name the
-    launcher has always used). A core named twice is refused.
-    """
+    :func:`parse_core_list` under the launcher's name, for ``neuron_cores`` and ``--neuron-cores``."""
     return parse_core_list(value, name)
 
 
@@ -104,9 +73,7 @@ def visible_cores_setting() -> str | None:
 
 def visible_neuron_cores(value: str | None = None) -> int | None:
     """How many NeuronCores ``NEURON_RT_VISIBLE_CORES`` allows (``None``: the variable is unset).
-
-    ``value`` defaults to the environment variable; forms as in :func:`parse_neuron_cores`.
-    """
+    ``value`` defaults to the environment variable; forms as in :func:`parse_neuron_cores`."""
     value = visible_cores_setting() if value is None else value
     if value is None or not value.strip():
         return None
@@ -135,14 +102,8 @@ def _listed_cores(cores, visible: int | None) -> list[int]:
 
 def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> list[int]:
     """The NeuronCore of each local rank: rank ``i`` gets the ``i``-th core of ``cores``.
-
-    ``cores``: a core list (``"4-7"``, ``"0,2"``, or a list of ints); ``None`` takes the cores
-    this process may use, ``NEURON_RT_VISIBLE_CORES`` when set, else ``0 .. visible - 1``.
-    The Neuron runtime reserves every core a process sees, so two ranks, or a rank and a
-    notebook kernel, must never see the same one. On a subset of cores :func:`trnlab.launch`
-    runs each rank through this module, which sets that rank's ``NEURON_RT_VISIBLE_CORES`` to
-    its core (see :func:`needs_rank_cores`).
-    """
+    ``cores``: ``"4-7"``, ``"0,2"`` or a list of ints; ``None``: ``NEURON_RT_VISIBLE_CORES``, else all visible cores.
+    The Neuron runtime reserves every core a process sees, so no two ranks may see the same one."""
     listed = _listed_cores(cores, visible)
     if len(listed) < nproc:
         raise CoreListError(
@@ -153,13 +114,8 @@ def rank_neuron_cores(nproc: int, cores=None, visible: int | None = None) -> lis
 
 def needs_rank_cores(device: str, neuron_cores=None) -> bool:
     """Whether the ranks need this module to get one NeuronCore each.
-
-    TorchNeuron's ``neuron`` process group sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` in each
-    rank when the variable is unset (source snapshot, see the course's trainium-facts), so plain
-    torchrun on all cores needs nothing. A run on a subset does: ``neuron_cores`` is given, or
-    this process has ``NEURON_RT_VISIBLE_CORES`` set (every rank would inherit the whole subset).
-    Off Trainium only ``neuron_cores`` counts (a rehearsal of the assignment on CPU).
-    """
+    TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` in each rank when unset (source snapshot, trainium-facts), so
+    only a subset needs it: ``neuron_cores`` given or the variable set here. Off Trainium only ``neuron_cores`` counts."""
     if neuron_cores is not None:
         return True
     return device == "neuron" and visible_cores_setting() is not None

@@ -1,16 +1,6 @@
 """Start torchrun launchers, stream every rank's lines live, stop them all: the process supervision.
-
-:func:`run_commands` takes the commands :mod:`trnlab.launcher` built (one per node) and runs
-them at once as child processes (argument lists, never a shell string). It streams their
-merged output as it comes, each worker line prefixed ``[rankN]:`` by torchrun, and returns a
-:class:`LaunchResult`. When a launcher fails, or the run passes its ``timeout``, every process
-of the run is stopped: each carries a launch id in its environment (:data:`LAUNCH_ID_VAR`), so
-no straggler is left behind. :func:`trnlab.launch` and :func:`trnlab.launch_loopback_nodes`
-(in :mod:`trnlab.launcher`) build the commands and hand them here.
-
-This module knows nothing of meshes or NeuronCores except one check before a start,
-:func:`core_holders_notice` (who already holds the Neuron devices).
-"""
+:func:`run_commands` runs the launcher's commands as child processes and returns a :class:`LaunchResult`; a launch id
+in each one's environment (:data:`LAUNCH_ID_VAR`) lets a failure or timeout stop every process of the run."""
 
 from __future__ import annotations
 
@@ -26,7 +16,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trnlab.deprecation import SummaryDict
 from trnlab.device import format_core_holders, neuron_core_holders, neuron_ls_output
 from trnlab.rank_cores import LaunchConfigError
 
@@ -69,15 +58,11 @@ class LaunchResult:
         return self.rank_lines.get(rank, [])
 
     def summary(self) -> dict:
-        """The run's figures as a dict: ok, exit status, seconds, timed out, failed rank, strays stopped.
-
-        Until trnlab 0.3 the dict also behaves like :meth:`describe`'s text where a string was
-        expected, with a ``FutureWarning`` for all but ``print``/``str``: ``summary()`` returned that text before.
-        """
-        return SummaryDict("LaunchResult", self.describe(), {
+        """The run's figures as a dict: ok, exit status, seconds, timed out, failed rank, strays stopped."""
+        return {
             "ok": self.ok, "returncode": self.returncode, "seconds": self.seconds, "timed_out": self.timed_out,
             "failed_rank": self.failed_rank, "launchers": len(self.commands), "ranks": len(self.rank_lines),
-            "strays_killed": self.strays_killed})
+            "strays_killed": self.strays_killed}
 
     def describe(self) -> str:
         """One line: finished, failed (which rank) or timed out, and how long it ran."""
@@ -97,9 +82,7 @@ class LaunchError(RuntimeError):
         self.result = result
 
 
-# ---------------------------------------------------------------------------------------------
 # Before the start
-# ---------------------------------------------------------------------------------------------
 
 def check_timeouts(timeout, grace) -> None:
     """Refuse a timeout or grace that is not a number of seconds > 0 (``timeout=None``: no limit)."""
@@ -140,9 +123,7 @@ def child_environment(env: dict[str, str], launch_id: str) -> dict[str, str]:
     return child_env
 
 
-# ---------------------------------------------------------------------------------------------
 # Start and stream
-# ---------------------------------------------------------------------------------------------
 
 def _start(commands: list[list[str]], child_env: dict[str, str]) -> list[subprocess.Popen]:
     """Every launcher at once, each in its own session (so its process group can be signalled)."""
@@ -220,9 +201,7 @@ def _stream(procs, lines: queue.Queue, router: _LineRouter, deadline: float | No
             print(shown, flush=True)
 
 
-# ---------------------------------------------------------------------------------------------
 # Stop
-# ---------------------------------------------------------------------------------------------
 
 def _marked_processes(launch_id: str) -> list:
     """Live processes whose environment carries this launch's id (psutil: Linux, macOS, Windows)."""
@@ -286,9 +265,7 @@ def _reap(procs, readers, launch_id: str, grace: float, result: LaunchResult, st
         reader.join(timeout=5)
 
 
-# ---------------------------------------------------------------------------------------------
 # The run
-# ---------------------------------------------------------------------------------------------
 
 def _extract_traceback(lines: list[str]) -> str:
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
@@ -313,12 +290,8 @@ def _conclude(result: LaunchResult, procs, first_traceback_rank: int | None, ech
 def run_commands(commands: list[list[str]], env: dict[str, str], timeout: float | None, grace: float,
                  echo: bool) -> LaunchResult:
     """Start every torchrun command at once, stream their merged lines, stop all on trouble.
-
-    ``env`` is added to this process's environment for every launcher; ``timeout`` (seconds,
-    ``None``: no limit) ends the run, SIGTERM then SIGKILL after ``grace`` s. ``echo`` prints
-    each line as it arrives. However the run ends (the notebook's stop button included), no
-    process of it is left.
-    """
+    ``env`` is added for every launcher; ``timeout`` (seconds, ``None``: no limit) ends the run, SIGTERM then SIGKILL
+    after ``grace`` s; ``echo`` prints each line. However the run ends, no process of it is left."""
     launch_id = uuid.uuid4().hex
     start = time.monotonic()
     procs = _start(commands, child_environment(env, launch_id))

@@ -30,11 +30,10 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from trnlab.deprecation import renamed_keywords
-
 __all__ = [
     "CPU_THREADS_ENV_VAR", "DEFAULT_INSTANCE", "DEVICE_CHOICES", "DEVICE_ENV_VAR", "DTYPE_CHOICES", "DTYPE_ENV_VAR",
-    "MODEL_ENV_VAR", "SettingError", "Settings", "check_cpu_threads", "check_device_name", "check_dtype_name",
+    "MODEL_ENV_VAR", "NEURON_STANDIN_ENV_VAR", "SettingError", "Settings", "check_cpu_threads", "check_device_name",
+    "check_dtype_name",
     "environment", "knob", "progress_bars", "quiet_transformers", "read_setting", "read_settings",
     "setting_problems",
 ]
@@ -47,6 +46,8 @@ DEVICE_ENV_VAR = "TRNLAB_DEVICE"
 DTYPE_ENV_VAR = "TRNLAB_DTYPE"
 #: Torch threads on CPU (``0``: torch's choice).
 CPU_THREADS_ENV_VAR = "TRNLAB_CPU_THREADS"
+#: ``1`` starts the STAND-IN neuron device (:mod:`trnlab.standin`) when torch is imported.
+NEURON_STANDIN_ENV_VAR = "TRNLAB_NEURON_STANDIN"
 
 #: The values ``TRNLAB_DTYPE`` (and every ``dtype=`` argument given as a string) accepts.
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
@@ -244,7 +245,6 @@ def progress_bars(enabled: bool):
         (logging.enable_progress_bar if was else logging.disable_progress_bar)()
 
 
-@renamed_keywords(progress_bars="hide_progress_bars")
 @contextlib.contextmanager
 def quiet_transformers(*, logs: bool = True, hide_progress_bars: bool = False):
     """Inside the block, Transformers logs errors only (``logs``) and draws no progress bars
@@ -252,8 +252,7 @@ def quiet_transformers(*, logs: bool = True, hide_progress_bars: bool = False):
 
     The course uses it where Transformers' output would mislead or clutter: ``TrainingArguments``
     warns "the speedups for torchdynamo mostly come with GPU Ampere" on any machine without a GPU,
-    Trainium included, and a simulation loading the bundled model needs no loading bar.
-    (``hide_progress_bars`` was ``progress_bars`` until trnlab 0.2: the old name still works, with a warning.)
+    Trainium included.
     """
     from transformers.utils import logging
 

@@ -1,15 +1,6 @@
 """A model as the planner reads it: its config, its parameters, and the piece of each one rank holds.
-
-The memory model (:mod:`trnlab.memory_model`) and the mesh search (:mod:`trnlab.planning`) start here:
-
-* :func:`config_and_label` reads a model argument (a config, a dict, a shipped name such as
-  ``"Qwen/Qwen3-8B"``, a folder or config JSON, a hub name, ``None``) and checks the fields the
-  planner needs (:data:`REQUIRED_FIELDS`);
-* :func:`model_spec` builds the model on the meta device once (exact shapes, no memory) and keeps
-  what the planner needs: every parameter with its TP style, the ``keep_full_weight`` modules, the dims;
-* :func:`parameter_shards` splits every parameter the way Transformers shards it: the model's TP
-  plan, then FSDP2 on dim 0, padded; :func:`tp_problem` says why a model cannot take a TP size.
-"""
+:func:`model_spec` builds the model on the meta device once (exact shapes, no memory); :func:`parameter_shards` splits
+every parameter as Transformers does: the model's TP plan, then FSDP2 on dim 0, padded."""
 
 from __future__ import annotations
 
@@ -29,9 +20,7 @@ __all__ = ["REQUIRED_FIELDS", "ModelSpec", "TensorShard", "config_and_label", "m
            "tp_problem"]
 
 
-# ---------------------------------------------------------------------------------------------
 # Model configs
-# ---------------------------------------------------------------------------------------------
 
 #: Fields the planner reads from a config; a config without one of them cannot be planned.
 REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -51,13 +40,9 @@ def _check_fields(config, where: str):
 
 
 def config_and_label(model=None) -> tuple:
-    """``(config, label)`` for ``model``, as the planner reads it: :func:`trnlab.models.load_config`,
-    plus config JSON files, the planner's field checks, and the name its plans show.
-
-    ``model``: a config, a dict of config values, a shipped name (``"Qwen/Qwen3-8B"``, no network),
-    a folder or config JSON file, a hub name, or ``None`` (``$TRNLAB_MODEL`` or the bundled model).
-    A config missing a needed field raises :class:`PlanError` naming it.
-    """
+    """``(config, label)`` for ``model`` as the planner reads it: the config and the name its plans show.
+    ``model``: a config, a dict, a shipped name (``"Qwen/Qwen3-8B"``, offline), a folder or config JSON, a hub name or
+    ``None`` (the course model). A config missing a field of :data:`REQUIRED_FIELDS` raises :class:`PlanError`."""
     if is_config(model):
         config = _check_fields(model, f"config {type(model).__name__}")
         return config, str(getattr(model, "name_or_path", "") or model.model_type)
@@ -83,9 +68,7 @@ def config_and_label(model=None) -> tuple:
     return _check_fields(config, f"config of {name!r}"), name
 
 
-# ---------------------------------------------------------------------------------------------
 # Parameters as Transformers shards them
-# ---------------------------------------------------------------------------------------------
 
 #: TP styles (Transformers' ALL_PARALLEL_STYLES) -> which dim of a weight they split.
 #: "first": dim 0 of a 1-D/2-D weight (Shard(ndim - 2)); "last": the last dim; None: replicated.
@@ -130,11 +113,8 @@ def _style_of(param_name: str, plan: dict) -> str | None:
 @dataclass(frozen=True)
 class ModelSpec:
     """What the planner needs from a model, read once from the model built on the meta device.
-
-    ``params``: ``(name, shape, tp_style, layer index or None)`` per parameter (tied weights once);
-    ``keep_full``: the parameters FSDP keeps gathered after forward (``keep_full_weight``);
-    ``dims``: hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, q_dim, kv_dim, ...
-    """
+    ``params``: ``(name, shape, tp_style, layer or None)`` per parameter (tied weights once); ``keep_full``: what
+    FSDP keeps gathered after forward; ``dims``: hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, ..."""
 
     params: tuple
     keep_full: frozenset
@@ -235,21 +215,13 @@ class TensorShard:
 
 def parameter_shards(config=None, tp_size: int = 1, fsdp_size: int = 1) -> list[TensorShard]:
     """Every parameter of the model and the piece of it one rank holds under ``(tp_size, fsdp_size)``.
-
-    Built from the model on the meta device (``AutoModelForCausalLM.from_config`` under
-    ``torch.device("meta")``: exact shapes, no memory), split by the model's TP plan
-    (``model.tp_plan``: colwise splits the output rows, rowwise the input columns, the
-    embedding and lm_head split the vocabulary, every norm weight is replicated), then by FSDP2
-    on dim 0 of each TP piece, padded to ``ceil(rows / fsdp_size)``. Tied embeddings appear once.
-    Notebook 06 uses it through :func:`trnlab.plan_memory`, which sums it.
-    """
+    Split by the model's ``tp_plan`` (colwise: output rows, rowwise: input columns, embedding and lm_head: vocabulary,
+    norms replicated), then by FSDP2 on dim 0, padded to ``ceil(rows / fsdp_size)``. Tied embeddings appear once."""
     config, _ = config_and_label(config)
     return model_spec(config, tp_size).shards(tp_size, fsdp_size)
 
 
-# ---------------------------------------------------------------------------------------------
 # Can the model take a tensor-parallel size
-# ---------------------------------------------------------------------------------------------
 
 def _tp_dims(d: dict) -> dict:
     """The planner's dims under the config names :mod:`trnlab.mesh` checks tensor parallelism with."""
@@ -259,10 +231,7 @@ def _tp_dims(d: dict) -> dict:
 
 def tp_problem(dims: dict, tp: int, world: int | None = None, where: str = "") -> str | None:
     """Why a model (its :attr:`ModelSpec.dims`) cannot take tensor-parallel size ``tp``, or None.
-
-    Each TP rank must get whole heads and an equal MLP slice. With ``world`` (ranks on ``where``),
-    the sizes the message suggests also divide the world.
-    """
+    Each TP rank needs whole heads and an equal MLP slice; with ``world`` the suggested sizes also divide the world."""
     tp_dims = _tp_dims(dims)
     bad = [f"{label} = {value}" for _, label, value in tp_misfits(tp_dims, tp)]
     if not bad:

@@ -1,13 +1,5 @@
 """Every text table of the course: results as aligned columns, for printing in a cell or a terminal.
-
-They take plain rows like the plots do (:mod:`trnlab.plots` re-exports the training and sharding ones),
-or a plan; this module imports nothing of trnlab or torch, so printing a table stays light:
-
-* training (notebook 04, ``python -m trnlab bench train``): :func:`format_table` (summary dicts,
-  one row per strategy), :func:`format_steps` (a recorder's steps); both built on :func:`text_table`;
-* sharding (notebook 05): :func:`memory_table`, :func:`placement_table`;
-* planning a run (notebook 06, ``python -m trnlab plan``): :func:`format_plan`.
-"""
+They take plain rows like the plots do, or a plan; this module imports nothing of trnlab or torch, so it stays light."""
 
 from __future__ import annotations
 
@@ -47,7 +39,6 @@ def format_steps(recorder,
     return text_table([list(columns)] + [[_cell(getattr(s, c)) for c in columns] for s in recorder.steps])
 
 
-# ---------------------------------------------------------------------------------------------
 # Sharding (notebook 05)
 
 
@@ -82,13 +73,8 @@ def placement_table(ranks: list[dict], names: list[str]) -> str:
 
 def format_plan(plan: MeshPlan | MemoryPlan, *, shards: bool = False) -> str:
     """A plan as text: a mesh plan's every mesh and recommendation, or a memory plan's components.
-
-    A :class:`~trnlab.planning.MeshPlan` gives its summary, every mesh and the recommended mesh's
-    components; a :class:`~trnlab.memory_model.MemoryPlan` its summary and components.
-    ``shards=True`` adds one line per tensor.
-
-    Printed by ``python -m trnlab plan`` and ``python -m trnlab launch --dry-run``; notebook 06.
-    """
+    A :class:`~trnlab.planning.MeshPlan` gives its summary, every mesh and the recommended mesh's components; a
+    :class:`~trnlab.memory_model.MemoryPlan` its summary and components. ``shards=True`` adds one line per tensor."""
     if hasattr(plan, "candidates") and hasattr(plan, "recommended"):   # a MeshPlan
         parts = [plan.describe(), "", plan.table()]
         if plan.recommended is not None:

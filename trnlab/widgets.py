@@ -1,8 +1,5 @@
 """Interactive controls for the notebooks (ipywidgets, rendered by JupyterLab).
-
-A control only re-runs cheap, already-computed results, so moving it never starts a compile.
-Notebook 03: :func:`bucket_slider`.
-"""
+A control only re-runs cheap, already-computed results, so moving it never starts a compile."""
 
 from __future__ import annotations
 
@@ -22,13 +19,8 @@ def bucket_summary(row: dict) -> str:
 
 def bucket_slider(lengths: Iterable[int], max_buckets: int = 8, value: int = 4):
     """A slider for the number of buckets ``k``: it shows the best ``k`` buckets for ``lengths``.
-
-    For each ``k`` it prints :func:`bucket_summary` and redraws :func:`trnlab.plots.plot_buckets`
-    (prompts as bars, padding shaded). The best buckets for every ``k`` are computed once, by
-    :func:`trnlab.padding_by_bucket_count`. Returns the ipywidgets ``VBox`` (display it, or
-    leave it as a cell's last line); ``.children[0]`` is the slider, ``.children[1]`` the line.
-    Notebook 03 uses it after the padding-waste curve.
-    """
+    Each ``k`` prints :func:`bucket_summary` and redraws :func:`trnlab.plots.plot_buckets`; returns the ipywidgets
+    ``VBox`` (``.children[0]`` the slider, ``.children[1]`` the line)."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
 

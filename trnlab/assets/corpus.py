@@ -1,14 +1,6 @@
-"""A small, seeded English corpus that the course model is trained on.
-
-The hub is out of reach in CI and on many learners' laptops, so the course ships its own
-tiny model. This module writes the text it learns from: short documents about food laws,
-bakeries and markets, built from templates and a fixed table of facts. The same seed always
-gives the same documents, so the model build is reproducible.
-
-The facts are stated the same way every time they appear, which is what lets a 2-million
-parameter model learn them: greedy generation from ``"The French Bread Law states"``
-continues with the law's text, like the page's example does with a real Qwen3 model.
-"""
+"""A small, seeded English corpus (food laws, bakeries, markets) that the bundled course model is trained on.
+Each fact is stated the same way every time, so a 2-million parameter model learns it: greedy generation from
+``"The French Bread Law states"`` continues with the law's text; the same seed gives the same documents."""
 
 from __future__ import annotations
 
@@ -82,10 +74,7 @@ def _document(rng: random.Random) -> str:
 
 def generate_documents(n: int, seed: int = 0) -> list[str]:
     """Return ``n`` short documents; the same ``(n, seed)`` always gives the same list.
-
-    Used by ``trnlab.assets.build`` to train the course model, and by the training
-    notebook as a dataset that needs no download.
-    """
+    ``tools/build_model.py`` trains the course model on them; the training notebook uses them as a dataset."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     rng = random.Random(seed)

@@ -1,24 +1,6 @@
 """``python -m trnlab bench generate``: compiled generation with and without shape bucketing.
-
-A fixed, seeded workload (default: 64 prompts of 4 to 200 tokens cut from the course
-corpus, 16 new tokens each, one request at a time) runs four ways:
-
-1. eager, unbucketed   - the reference answers (``disable_compile=True``);
-2. eager, bucketed     - must give the same tokens;
-3. compiled, unbucketed - one graph per new shape: what a naive server pays;
-4. compiled, bucketed  - at most one graph per bucket (+ one decode graph when the
-   prefill is compiled too); then a second pass measures the steady state.
-
-It writes the figures as JSON (graphs, distinct shapes, compile seconds, padding waste,
-steady-state tokens/s compiled vs eager, whether outputs are identical) and prints a
-table. The NEFF cache stays warm (graphs compiled by an earlier run are loaded, not
-compiled); for a cold run start it as ``TORCH_NEURONX_NEFF_DISABLE_CACHE=1 python -m trnlab
-bench generate`` (see :func:`trnlab.cold_neff_cache_env`). Runs on any machine: on Trainium
-generate compiles with the ``neuron`` backend,
-elsewhere with ``--backend`` (default :data:`MEASURED_BACKEND`, ``inductor``; ``--quick``: the course's default,
-``eager``, from :func:`trnlab.compile_backend`). ``--quick`` is a seconds-long
-version for the tests. Exit status 1 when bucketing changed an answer.
-"""
+A seeded workload runs four ways (eager and compiled, unbucketed and bucketed, then a steady-state pass); writes JSON,
+prints a table and exits 1 when bucketing changed an answer. Cold NEFF cache: see :func:`trnlab.cold_neff_cache_env`."""
 
 from __future__ import annotations
 

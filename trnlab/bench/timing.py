@@ -1,10 +1,4 @@
-"""Timing repeated calls: the first call against the steady state, and whether two timings differ.
-
-- :func:`steady_median`: the median of the times that compiled nothing (the steady state),
-  defined in :mod:`trnlab.compile_tracking` and re-exported here;
-- :func:`time_generation` times repeated calls of one ``generate()``;
-- :func:`timings_differ` says whether two sets of repeats are apart or within the noise.
-"""
+"""Timing repeated calls: the first call against the steady state, and whether two timings differ."""
 
 from __future__ import annotations
 
@@ -18,12 +12,8 @@ __all__ = ["steady_median", "time_generation", "timings_differ"]
 def time_generation(model, inputs: dict, repeats: int = 3, label: str = "generate",
                     **generate_kwargs) -> dict:
     """Call ``model.generate(**inputs, **generate_kwargs)`` ``repeats`` times and time it.
-
-    Returns the first call's seconds (it includes any compilation), the median of the
-    later calls and their list (``steady_call_seconds``: their spread is the noise), new
-    tokens per second at that steady state, and the graphs compiled. Compare two rows with
-    :func:`timings_differ`. Notebook 03 times the page's call compiled and not with it.
-    """
+    Returns the first call's seconds (compilation included), the median and list of the later calls, steady-state
+    new tokens per second and the graphs compiled; compare two rows with :func:`timings_differ`."""
     new_tokens = 0
     with CompileTracker() as tracker:
         for _ in range(repeats):
@@ -40,9 +30,7 @@ def time_generation(model, inputs: dict, repeats: int = 3, label: str = "generat
 
 def timings_differ(a: Sequence[float], b: Sequence[float]) -> bool:
     """Whether two sets of repeated timings are apart: every time of one below every time of the other.
-
-    Overlapping ranges mean the difference is within the noise of these repeats, not a result.
-    """
+    Overlapping ranges mean the difference is within the noise of these repeats."""
     a, b = list(a), list(b)
     if not a or not b:
         raise ValueError("timings_differ needs at least one time on each side (time_generation with repeats >= 2)")

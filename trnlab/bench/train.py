@@ -1,22 +1,6 @@
 """``python -m trnlab bench train``: graphs, compile time and real tokens/s per data strategy.
-
-Fine-tunes the course model on the same seeded dataset (:func:`trnlab.data.training_texts`)
-once per strategy (dynamic padding, length buckets, fixed length, packing), each from the
-same weights and compiling from scratch (:func:`cold_compiles`), with the page's calls
-(:func:`train_one`: ``TrainingArguments(..., torch_compile=True, dataloader_drop_last=True)``
-through :func:`trnlab.training.page_arguments`, and ``Trainer(...).train()``), and writes one
-JSON file:
-
-* ``results``: per strategy, :meth:`trnlab.callbacks.TrainingRecorder.summary` (graphs,
-  graphs after the warm-up step, compile seconds, steady step time, padding waste, real
-  tokens per second, final loss...);
-* ``targets``: the course's goals, each with its value and whether it was met: fixed and
-  packed runs compile exactly one training graph and none after warm-up; packing keeps at
-  least 95% real tokens and the highest steady real tokens/s.
-
-The backend is the one Transformers picks (``"neuron"`` on Trainium, ``"inductor"``
-elsewhere) unless ``--backend`` is given. ``--quick`` is a seconds-long run for the tests.
-"""
+Fine-tunes the course model once per strategy from the same weights and cold compiles, and writes one JSON file:
+per-strategy recorder summaries and the course's targets, each met or not. ``--quick`` is a seconds-long run."""
 
 from __future__ import annotations
 
@@ -91,10 +75,8 @@ def parse_args(argv: list[str] | None):
 
 @contextlib.contextmanager
 def cold_compiles(recompile_limit: int):
-    """Compile every graph from scratch: no in-memory graph (forgotten on entry) and no on-disk
-    cache hit from an earlier strategy or run (inductor's FX graph cache and the AOTAutograd cache
-    are off); dynamo's recompile limit set to ``recompile_limit``. (On Trainium the NEFF cache
-    on disk stays warm: neuronx-cc does not rerun for a graph it compiled before.)"""
+    """Compile every graph from scratch: graphs forgotten, inductor's FX and AOTAutograd caches off.
+    Dynamo's recompile limit is set to ``recompile_limit``; on Trainium the on-disk NEFF cache stays warm."""
     forget_compiled_graphs()
     with raised_recompile_limit(recompile_limit), compat.no_compile_caches():
         yield
@@ -103,11 +85,7 @@ def cold_compiles(recompile_limit: int):
 def train_one(strategy: str, model, tokenizer, texts, output_dir, device: torch.device, *, length: int,
               steps: int, batch_size: int, learning_rate: float, backend: str | None, seed: int):
     """Fine-tune ``model`` on ``texts`` shaped by ``strategy`` the page's way; ``(trainer, recorder)``.
-
-    ``backend=None`` (or ``"neuron"`` on Trainium) leaves the choice to ``TrainingArguments``
-    (``"neuron"`` on Trainium, ``"inductor"`` elsewhere); the Trainer compiles with static shapes on every device
-    (:func:`trnlab.training.static_shape_compiles`), as it does on Neuron.
-    """
+    ``backend=None`` leaves the choice to ``TrainingArguments``; the Trainer compiles static shapes on every device."""
     from transformers import PrinterCallback, Trainer
 
     max_positions = getattr(model.config, "max_position_embeddings", None)
@@ -167,10 +145,7 @@ DEFINITIONS = {
 
 def run_strategies(args, device: torch.device, backend: str | None, tokenizer, texts) -> tuple[dict, dict]:
     """Train once per strategy of ``args``, each from fresh weights and cold compiles.
-
-    Returns ``(results, settings)``: per strategy the recorder's summary (plus wall seconds,
-    losses and step shapes), and the compile settings the last Trainer used.
-    """
+    Returns ``(results, settings)``: per strategy the recorder's summary, and the last Trainer's compile settings."""
     results, settings = {}, {}
     with tempfile.TemporaryDirectory(prefix="trnlab-bench-train-") as scratch:
         for strategy in args.strategies:

@@ -1,12 +1,5 @@
 """The workload harness: a stream of prompts, one request at a time, with graphs counted per request.
-
-- :func:`sample_prompt_lengths` and :func:`corpus_prompts` build a seeded workload;
-- :func:`run_generation_workload` generates for each prompt, bucketed or not, compiled or
-  not, and returns a :class:`WorkloadResult` (graphs, shapes, seconds, tokens per request);
-- :func:`identical_outputs` compares the answers of two runs.
-
-Notebook 03 and ``python -m trnlab bench generate`` (:mod:`trnlab.bench.generate`) run it.
-"""
+Notebook 03 and ``python -m trnlab bench generate`` run it."""
 
 from __future__ import annotations
 
@@ -35,12 +28,7 @@ def sample_prompt_lengths(n: int, shortest: int, longest: int, seed: int = 0) ->
 
 
 def corpus_prompts(tokenizer, lengths: Sequence[int], seed: int = 0) -> list[list[int]]:
-    """One prompt of exactly each length, cut from the course corpus, as token-id lists.
-
-    The text comes from :func:`trnlab.assets.generate_documents`, so the course model has
-    seen text like it; each prompt is a window starting at a seeded random token. The lists
-    are prompts in trnlab's token-id form (:func:`trnlab.prompt_token_ids`).
-    """
+    """One prompt of exactly each length, cut from the course corpus at a seeded offset, as token-id lists."""
     lengths = check_lengths(lengths)
     rng = random.Random(seed)
     ids: list[int] = []
@@ -101,10 +89,7 @@ class WorkloadResult:
     @property
     def distinct_shapes(self) -> int:
         """Distinct static shapes the compiled forward saw: what ``graphs`` should equal.
-
-        The decode step's shape is the cache length; with ``compile_prefill`` each
-        (padded prompt length, cache length) pair of the prefill is a shape too.
-        """
+        Decode's shape is the cache length; with ``compile_prefill`` each (padded prompt, cache) length pair is one more."""
         return len(set().union(*(self._shapes(r) for r in self.requests)))
 
     def table(self) -> list[dict]:
@@ -155,17 +140,9 @@ def run_generation_workload(model, prompts: Prompts, max_new_tokens: int, *, tok
                             backend: str | None = None, compile_prefill: bool = False,
                             pad_token_id: int | None = None, recompile_limit: int | None = None,
                             label: str | None = None) -> WorkloadResult:
-    """Greedy static-cache generation for each prompt in turn, tracking graphs per request.
-
-    ``prompts`` in any form (:func:`trnlab.prompt_token_ids`; e.g. :func:`corpus_prompts`),
-    each one request. With ``buckets`` each goes through :func:`trnlab.bucketed_generate`,
-    else straight to ``generate()``. ``compile=False`` passes ``disable_compile=True``;
-    otherwise :func:`trnlab.generation_compile_config` with ``backend`` applies (Neuron's own
-    default there). ``compile_prefill`` compiles the prefill too (see :mod:`trnlab.generation`).
-    ``recompile_limit`` temporarily raises dynamo's limit of graphs per function (8 by
-    default; past it dynamo stops compiling and runs new shapes eagerly), so the count shows
-    every shape. Returns a :class:`WorkloadResult`.
-    """
+    """Greedy static-cache generation for each prompt in turn, tracking graphs per request; a :class:`WorkloadResult`.
+    With ``buckets`` each prompt goes through :func:`trnlab.bucketed_generate`; ``compile=False`` disables compiling;
+    ``recompile_limit`` raises dynamo's graphs-per-function limit so every shape counts."""
     requests = prompt_token_ids(prompts, tokenizer)
     if pad_token_id is None:
         pad_token_id = model.generation_config.pad_token_id

@@ -1,11 +1,5 @@
 """``python -m trnlab launch [options] SCRIPT [ARGS...]``: run, or print, a torchrun launch.
-
-Argument parsing and a short :func:`main` only: the commands come from :mod:`trnlab.launcher`,
-the mesh check from :mod:`trnlab.mesh`, the run from :mod:`trnlab.runner` (through
-:func:`trnlab.launcher.launch`), the memory note of ``--dry-run`` from :func:`trnlab.plan_memory` and
-:func:`trnlab.format_plan`.
-Every bad value is refused, with the fix, before anything starts (exit status 2).
-"""
+Every bad value is refused, with the fix, before anything starts (exit status 2)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""``python -m trnlab plan``: parse the options, call :func:`trnlab.planning.plan_mesh`, print the plan.
-
-All the planning is in :mod:`trnlab.planning` (and :mod:`trnlab.memory_model`, :mod:`trnlab.sharding`); this module only turns a command line into
-one call and its result into text or JSON.
-"""
+"""``python -m trnlab plan``: parse the options, call :func:`trnlab.planning.plan_mesh`, print the plan."""
 
 from __future__ import annotations
 
@@ -54,10 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m trnlab plan ...``: print the mesh plan (text or ``--json``).
-
-    Returns 0, or 2 after printing the :class:`PlanError` (to stderr; in the JSON with ``--json``).
-    The command the README and notebook 06 show; ``--help`` lists the options.
-    """
+    Returns 0, or 2 after printing the :class:`PlanError` (to stderr; in the JSON with ``--json``)."""
     args = _parser().parse_args(argv)
     checkpointing = "full" if args.gradient_checkpointing else args.checkpointing
     if args.gradient_checkpointing and args.checkpointing not in ("auto", "full"):

@@ -1,8 +1,8 @@
 """Build the course model: a tiny Qwen3 causal LM with its own fast tokenizer.
 
-``python -m trnlab.assets build`` writes ``trnlab/assets/tiny-qwen3/`` (the files the
-package ships); ``--quick`` makes a smaller, shorter build that the tests run so the
-recipe cannot rot. ``--other --output DIR`` writes, in seconds, *another* small Qwen3
+``python tools/build_model.py`` (``make model``) writes ``trnlab/assets/tiny-qwen3/`` (the
+files the package ships); ``--quick`` makes a smaller, shorter build that the tests run so
+the recipe cannot rot. ``--other --output DIR`` writes, in seconds, *another* small Qwen3
 (:data:`OTHER`: other sizes, briefly trained, the bundled tokenizer) for running the course
 with ``TRNLAB_MODEL=DIR``, as a learner would with ``Qwen/Qwen3-0.6B``. The model is the real ``Qwen3ForCausalLM`` class, saved with
 ``save_pretrained`` as safetensors, so ``from_pretrained`` loads it like any hub model.
@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from trnlab.assets import BUNDLED_MODEL_DIR
 from trnlab.assets.corpus import EXAMPLE_PROMPT, generate_documents
-
-#: Where the shipped model lives inside the package.
-BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "tiny-qwen3"
 
 EOS_TOKEN = "<|endoftext|>"
 
@@ -152,19 +151,17 @@ MODEL_FILES = ("config.json", "model.safetensors")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trnlab.assets",
+    parser = argparse.ArgumentParser(prog="python tools/build_model.py",
                                      description="Build the course's tiny Qwen3 model, or another small one.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="train the tokenizer and model and save them")
-    b.add_argument("--output", type=Path, default=None,
-                   help=f"where to save (default: the shipped copy, {BUNDLED_MODEL_DIR}; "
-                        "required with --quick and --other)")
-    kind = b.add_mutually_exclusive_group()
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"where to save (default: the shipped copy, {BUNDLED_MODEL_DIR}; "
+                             "required with --quick and --other)")
+    kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--quick", action="store_true", help="small, fast build (what the tests run)")
     kind.add_argument("--other", action="store_true",
                       help="another small Qwen3 in seconds (other sizes, the bundled tokenizer), to run "
                            "the course with TRNLAB_MODEL=OUTPUT")
-    b.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
+    parser.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
     args = parser.parse_args(argv)
     recipe = OTHER if args.other else QUICK if args.quick else FULL
     output = args.output
@@ -183,3 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     build(output, recipe)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""The STAND-IN neuron device: it builds, runs ops, autocast and compiled graphs with CPU's numbers, refuses
+beside a real TorchNeuron, and carries the page's claims through the real Transformers and Accelerate code.
+
+Each run is a fresh Python: PyTorch renames its private backend once per process. The extension is built
+once into ``trnlab.standin.cache_dir()`` and loaded from there by every later run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from trnlab.standin import STANDIN_NOTICE, cache_dir
+
+NOTICE_SNIPPET = "STAND-IN neuron device"
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None
+                                    and not (cache_dir() / "ready").exists(),
+                                    reason="the stand-in is built with a C++ compiler: apt-get install g++")
+
+
+def run(code: str, **env: str) -> dict:
+    """Run ``code`` in a fresh Python with ``env`` added; it prints a JSON object last: that, plus its stderr."""
+    environ = {**os.environ, "TRNLAB_NEURON_STANDIN": "0", **env}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=environ, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
+
+
+DEVICE_SCRIPT = """
+    import trnlab.standin as standin  # first: its own import torch starts the stand-in when it has been imported
+    import copy, json, logging, torch
+    from torch._dynamo.utils import counters
+
+    r, warned = {"started_by_import": hasattr(torch, "neuron")}, []
+    neuron = standin.enable()
+    r["same_module"] = standin.enable() is neuron is torch.neuron
+    r["repr"], r["accelerator"] = repr(torch.neuron), str(torch.accelerator.current_accelerator())
+    r["count"], r["available"] = torch.neuron.device_count(), torch.neuron.is_available()
+    r["bf16"] = torch.neuron.is_bf16_supported()
+    r["ready"] = (standin.cache_dir() / "ready").exists()
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    dev = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(8, 16)
+    y_cpu, y_dev = cpu(x), dev(x.to("neuron"))
+    r["forward_device"], r["forward_equal"] = str(y_dev.device), torch.equal(y_dev.cpu(), y_cpu)
+    y_cpu.square().mean().backward(); y_dev.square().mean().backward()
+    r["grad_device"] = str(dev[0].weight.grad.device)
+    r["backward_equal"] = all(torch.equal(a.grad, b.grad.cpu()) for a, b in zip(cpu.parameters(), dev.parameters()))
+
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        a_dev = dev(x.to("neuron")); soft = torch.softmax(a_dev, -1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a_cpu = cpu(x)
+    r["autocast_dtype"], r["autocast_softmax_dtype"] = str(a_dev.dtype), str(soft.dtype)
+    r["autocast_equal"] = torch.equal(a_dev.cpu(), a_cpu)
+
+    counters["neuron"].clear()
+    with torch.no_grad():
+        z = torch.compile(dev, backend="neuron")(x.to("neuron"))
+    r["inference_graphs"] = counters["neuron"]["compiled_graphs"]
+    r["compiled_close"] = torch.allclose(z.cpu(), y_cpu, atol=1e-6)
+    torch.neuron.reset_dynamo_metrics()
+    model = copy.deepcopy(dev); model.zero_grad()
+    loss = torch.compile(model, backend="neuron")(x.to("neuron")).square().mean()
+    r["graphs_after_forward"] = counters["neuron"]["compiled_graphs"]
+    loss.backward()
+    r["graphs_after_backward"] = counters["neuron"]["compiled_graphs"]
+    r["metrics"] = [m.graph_name for m in torch.neuron.get_dynamo_metrics()]
+    r["metrics_note"] = torch.neuron.get_dynamo_metrics()[0].note
+    r["compiled_grads_close"] = all(torch.allclose(a.grad, b.grad.cpu(), atol=1e-6)
+                                    for a, b in zip(cpu.parameters(), model.parameters()))
+
+    def error(fn, *shapes):
+        try:
+            for shape in shapes:
+                fn(torch.ones(shape, device="neuron"))
+        except Exception as e:
+            return str(e)
+    r["dynamic_true"] = error(torch.compile(lambda t: t * 2, backend="neuron", dynamic=True), (3, 4))
+    r["dynamic_none_new_shape"] = error(torch.compile(lambda t: t * 3, backend="neuron"), (3, 4), (5, 4))
+    counters["neuron"].clear()
+    static = torch.compile(lambda t: t * 4, backend="neuron", dynamic=False)
+    r["dynamic_false_new_shape"] = error(static, (3, 4), (5, 4))
+    r["dynamic_false_graphs"] = counters["neuron"]["compiled_graphs"]
+    handler = logging.Handler(); handler.emit = lambda record: warned.append(record.getMessage())
+    logging.getLogger().addHandler(handler)
+    tuned = torch.compile(lambda t: t + 1, backend="neuron", mode="max-autotune")
+    r["mode_result"] = tuned(torch.ones(2, device="neuron")).tolist()
+    r["mode_warning"] = warned
+
+    torch.neuron.synchronize()
+    before = torch.neuron.memory_allocated()
+    block = torch.empty(1 << 18, dtype=torch.float32, device="neuron")  # 1 MiB
+    r["memory_delta"] = torch.neuron.memory_allocated() - before
+    r["accelerator_agrees"] = torch.accelerator.memory_allocated() == torch.neuron.memory_allocated()
+    r["peak_at_least"] = torch.neuron.max_memory_allocated() >= before + (1 << 20)
+    del block
+    r["memory_after_free"] = torch.neuron.memory_allocated() - before
+
+    torch.neuron.manual_seed(1); first = torch.neuron.get_rng_state()
+    torch.neuron.manual_seed(2); torch.neuron.set_rng_state(first)
+    r["rng_roundtrip"] = torch.equal(torch.neuron.get_rng_state(), first)
+    import importlib.util, torch_neuronx
+    r["torch_neuronx_spec"] = importlib.util.find_spec("torch_neuronx") is not None
+    r["torch_neuronx_version"] = torch_neuronx.__version__
+    print(json.dumps(r))
+"""
+
+
+@pytest.fixture(scope="module")
+def device_run() -> dict:
+    return run(DEVICE_SCRIPT, TRNLAB_NEURON_STANDIN="1")
+
+
+@needs_compiler
+def test_it_builds_once_into_its_cache_and_says_what_it_is(device_run):
+    assert device_run["ready"] and device_run["started_by_import"] and device_run["same_module"]
+    assert device_run["stderr"].count(STANDIN_NOTICE) == 1
+    assert NOTICE_SNIPPET in device_run["repr"] and NOTICE_SNIPPET in device_run["metrics_note"]
+    assert (device_run["accelerator"], device_run["count"], device_run["available"], device_run["bf16"]) == \
+        ("neuron", 1, True, True)
+    assert device_run["torch_neuronx_spec"] and device_run["torch_neuronx_version"].endswith("+trnlab.standin")
+
+
+@needs_compiler
+def test_forward_backward_and_bf16_autocast_give_cpu_numbers(device_run):
+    assert device_run["forward_device"] == device_run["grad_device"] == "neuron:0"
+    assert device_run["forward_equal"] and device_run["backward_equal"]
+    # TorchNeuron's autocast lists: matmuls in bf16, softmax in fp32; the same bytes as CPU's bf16 kernels
+    assert (device_run["autocast_dtype"], device_run["autocast_softmax_dtype"]) == ("torch.bfloat16", "torch.float32")
+    assert device_run["autocast_equal"]
+
+
+@needs_compiler
+def test_compiled_graphs_are_counted_as_torchneuron_does_through_aot_autograd(device_run):
+    assert device_run["inference_graphs"] == 1 and device_run["compiled_close"]
+    # AOTAutograd hands the forward at the first call and the backward at the first backward
+    assert (device_run["graphs_after_forward"], device_run["graphs_after_backward"]) == (1, 2)
+    assert [name.rsplit("_", 2)[-2] for name in device_run["metrics"]] == ["forward", "backward"]
+    assert device_run["compiled_grads_close"]
+
+
+@needs_compiler
+def test_symbolic_shapes_are_rejected_and_other_modes_warn_with_torchneurons_words(device_run):
+    for key in ("dynamic_true", "dynamic_none_new_shape"):
+        assert "Dynamic shapes detected in the model, but torch-neuronx requires static shapes" in device_run[key]
+    assert device_run["dynamic_false_new_shape"] is None and device_run["dynamic_false_graphs"] == 2
+    assert device_run["mode_result"] == [2.0, 2.0]
+    assert any("Neuron backend does not support mode='max-autotune', falling back to default mode." in w
+               for w in device_run["mode_warning"])
+
+
+@needs_compiler
+def test_memory_allocated_counts_what_the_allocator_holds(device_run):
+    assert device_run["memory_delta"] == 1 << 20 and device_run["memory_after_free"] == 0
+    assert device_run["accelerator_agrees"] and device_run["peak_at_least"]
+    assert device_run["rng_roundtrip"]
+
+
+LIBRARY_SCRIPT = """
+    import sys, torch
+    r = {"transformers_at_import": "transformers" in sys.modules, "dynamo_at_import": "torch._dynamo" in sys.modules,
+         "standin": getattr(getattr(torch, "neuron", None), "standin", False)}
+    import json, tempfile
+    from accelerate.utils import is_neuron_available
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers.utils import is_torch_neuron_available, logging
+    from torch._dynamo.utils import counters
+    import trnlab.standin as standin
+    from trnlab import compat
+    from trnlab.assets import BUNDLED_MODEL_DIR
+
+    logging.set_verbosity_error(); logging.disable_progress_bar()
+    r["transformers_sees"], r["accelerate_sees"] = is_torch_neuron_available(), is_neuron_available()
+    r["claim1"] = [torch.neuron.is_available(), torch.neuron.device_count()]
+    r["claim3_auto"] = str(AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, device_map="auto").device)
+    model = AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, device_map="neuron", dtype=torch.bfloat16)
+    r["claim3_neuron"] = str(model.device)
+    inputs = AutoTokenizer.from_pretrained(BUNDLED_MODEL_DIR)("The capital of France is", return_tensors="pt")
+    seen = []
+    model.register_forward_pre_hook(lambda m, a, kw: seen.append(str(kw["input_ids"].device)), with_kwargs=True)
+    eager = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+    r["claim4_forward_inputs"], r["claim4_output"] = sorted(set(seen)), str(eager.device)
+    counters["neuron"].clear()
+    static = model.generate(**inputs, max_new_tokens=3, do_sample=False, cache_implementation="static")
+    r["claim6_graphs"], r["claim6_same_tokens"] = counters["neuron"]["compiled_graphs"], bool((static == eager).all())
+    r["claim6_backend"] = compat.default_compile_config(model).backend
+    counters["neuron"].clear()
+    model.generate(**inputs, max_new_tokens=3, do_sample=False, cache_implementation="static", disable_compile=True)
+    r["claim6_disabled_graphs"] = counters["neuron"]["compiled_graphs"]
+
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), bf16=True, torch_compile=True, max_steps=2,
+                             per_device_train_batch_size=2, report_to=[], save_strategy="no", disable_tqdm=True)
+    r["claim7_device"], r["claim8_backend"] = str(args.device), args.torch_compile_backend
+    ids = torch.arange(8) % 100
+    trainer = Trainer(model=AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, device_map="neuron"), args=args,
+                      train_dataset=[{"input_ids": ids, "labels": ids}] * 4)
+    r["claim8_dynamic"] = compat.trainer_dynamo_plugin(trainer).dynamic
+    dtypes, record = set(), standin._record
+    def watching(gm):
+        dtypes.update(str(n.meta["val"].dtype) for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor))
+        record(gm)
+    standin._record = watching
+    counters["neuron"].clear(); torch.neuron.reset_dynamo_metrics()
+    r["loss"] = trainer.train().training_loss
+    r["train_graphs"] = [m.graph_name.rsplit("_", 2)[-2] for m in torch.neuron.get_dynamo_metrics()]
+    r["train_bf16_in_graphs"] = "torch.bfloat16" in dtypes
+    r["weights_device"] = str(next(trainer.model.parameters()).device)
+    print(json.dumps(r))
+"""
+
+
+@pytest.fixture(scope="module")
+def library_run() -> dict:
+    return run(LIBRARY_SCRIPT, TRNLAB_NEURON_STANDIN="1")
+
+
+@needs_compiler
+def test_the_setting_starts_it_at_import_torch_without_importing_transformers(library_run):
+    assert library_run["standin"] and library_run["stderr"].count(STANDIN_NOTICE) == 1
+    assert not library_run["transformers_at_import"] and not library_run["dynamo_at_import"]
+    assert library_run["transformers_sees"] and library_run["accelerate_sees"]
+
+
+@needs_compiler
+def test_claims_1_and_3_device_and_device_maps(library_run):
+    assert library_run["claim1"] == [True, 1]
+    assert (library_run["claim3_auto"], library_run["claim3_neuron"]) == ("cpu", "neuron:0")
+
+
+@needs_compiler
+def test_claim_4_generate_moves_only_the_forward_inputs(library_run):
+    assert library_run["claim4_forward_inputs"] == ["neuron:0"] and library_run["claim4_output"] == "cpu"
+
+
+@needs_compiler
+def test_claim_6_static_cache_auto_compiles_with_backend_neuron(library_run):
+    assert library_run["claim6_backend"] == "neuron" and library_run["claim6_graphs"] == 1
+    assert library_run["claim6_same_tokens"] and library_run["claim6_disabled_graphs"] == 0
+
+
+@needs_compiler
+def test_claims_7_and_8_training_arguments_and_trainer_on_neuron(library_run):
+    assert (library_run["claim7_device"], library_run["claim8_backend"]) == ("neuron:0", "neuron")
+    assert library_run["claim8_dynamic"] is False and library_run["weights_device"] == "neuron:0"
+    assert library_run["train_graphs"] == ["forward", "backward"] and library_run["train_bf16_in_graphs"]
+    assert 0 < library_run["loss"] < 20
+
+
+REFUSAL_SCRIPT = """
+    import json, sys, torch
+    import trnlab.standin as standin
+    from trnlab import compat
+    r = {"autoloaded": hasattr(torch, "neuron"), "name": compat.privateuse1_backend_name()}
+    try:
+        standin.enable()
+    except standin.StandInError as e:
+        r["error"] = str(e)
+    r["after"] = [hasattr(torch, "neuron"), compat.privateuse1_backend_name(), "torch_neuronx" in sys.modules]
+    print(json.dumps(r))
+"""
+
+
+def test_it_refuses_beside_an_installed_torch_neuronx_and_import_torch_goes_on(tmp_path):
+    info = tmp_path / "torch_neuronx-2.13.3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.13.3.0\n")
+    result = run(REFUSAL_SCRIPT, TRNLAB_NEURON_STANDIN="1", PYTHONPATH=str(tmp_path))
+    assert "torch-neuronx 2.13.3.0 is installed" in result["stderr"] and "Continuing without it" in result["stderr"]
+    assert "torch-neuronx 2.13.3.0 is installed" in result["error"] and "unset TRNLAB_NEURON_STANDIN" in result["error"]
+    assert not result["autoloaded"] and result["after"] == [False, "privateuseone", False]
+
+
+def test_it_refuses_beside_a_registered_torch_neuron_and_is_off_unless_set():
+    result = run("""
+        import trnlab.standin as standin  # first: import torch runs the entry point while it is half-imported
+        import json, types, torch
+        r = {"off": not hasattr(torch, "neuron")}
+        torch.utils.rename_privateuse1_backend("neuron")
+        torch._register_device_module("neuron", types.ModuleType("torch.neuron"))  # as TorchNeuron does
+        try:
+            standin.enable()
+        except standin.StandInError as e:
+            r["error"] = str(e)
+        print(json.dumps(r))
+    """)
+    assert result["off"] and "torch.neuron is already registered" in result["error"]
+    assert NOTICE_SNIPPET in result["error"] and STANDIN_NOTICE not in result["stderr"]
+
+
+def test_without_a_compiler_it_says_what_to_install_and_import_torch_goes_on(tmp_path):
+    result = run(REFUSAL_SCRIPT, TRNLAB_NEURON_STANDIN="1", CXX=str(tmp_path / "no-c++"),
+                 XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert "apt-get install g++" in result["stderr"] and "apt-get install g++" in result["error"]
+    assert not result["autoloaded"] and result["after"] == [False, "privateuseone", False]
+    assert not (tmp_path / "cache" / "trnlab").exists()

@@ -1,5 +1,0 @@
-import sys
-
-from trnlab.assets.build import main
-
-sys.exit(main())

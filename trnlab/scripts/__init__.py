@@ -1,1 +1,0 @@
-"""Scripts that ``trnlab.launch`` runs under torchrun (one process per rank)."""

@@ -1,0 +1,254 @@
+// STAND-IN neuron device (trnlab.standin): PyTorch's PrivateUse1 backend, tensors in host memory, every op run by
+// its CPU kernel through the boxed CPU fallback. Not Trainium. After PyTorch's test backend "openreg"
+// (test/cpp_extensions/open_registration_extension); autocast lists as TorchNeuron's torch_neuronx/csrc/amp.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/Generator.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <utility>
+#include <unordered_map>
+
+namespace {
+using c10::DeviceIndex;
+using c10::Stream;
+using Stats = c10::CachingDeviceAllocator::DeviceStats;
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+constexpr int kMaxDevices = 64;
+DeviceIndex g_count = 1;                // set from Python before the first tensor
+thread_local DeviceIndex g_current = 0;  // per thread, as CUDA's current device
+
+DeviceIndex checked(DeviceIndex d) {
+  TORCH_CHECK(d >= 0 && d < g_count, "STAND-IN neuron:", int(d), " does not exist: there are ", int(g_count),
+              " (trnlab.standin.enable(cores=...))");
+  return d;
+}
+
+// Host memory, counted per device: torch.accelerator.memory_allocated() reports what it holds.
+struct StandInAllocator final : c10::DeviceAllocator {
+  std::mutex mu;
+  std::unordered_map<void*, std::pair<size_t, DeviceIndex>> held;
+  Stats stats[kMaxDevices];
+
+  template <typename F>
+  void each(DeviceIndex d, F f) {
+    for (auto* s : {&stats[d].allocated_bytes[0], &stats[d].reserved_bytes[0], &stats[d].active_bytes[0]}) f(*s);
+  }
+  at::DataPtr allocate(size_t n) override {
+    const DeviceIndex d = g_current;
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lock(mu);
+      held[p] = {n, d};
+      each(d, [n](auto& s) { s.increase(n); });
+      stats[d].allocation[0].increase(1);
+    }
+    return {p, p, &release, c10::Device(kNeuron, d)};
+  }
+  static void release(void* p);
+  at::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // it caches nothing
+  void recordStream(const at::DataPtr&, Stream) override {}
+  Stats getDeviceStats(DeviceIndex d) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return stats[checked(d)];
+  }
+  void resetAccumulatedStats(DeviceIndex d) override {
+    std::lock_guard<std::mutex> lock(mu);
+    each(checked(d), [](auto& s) { s.reset_accumulated(); });
+  }
+  void resetPeakStats(DeviceIndex d) override {
+    std::lock_guard<std::mutex> lock(mu);
+    each(checked(d), [](auto& s) { s.reset_peak(); });
+  }
+};
+StandInAllocator g_alloc;
+
+void StandInAllocator::release(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(g_alloc.mu);
+    auto it = g_alloc.held.find(p);
+    if (it != g_alloc.held.end()) {
+      auto [n, d] = it->second;
+      g_alloc.each(d, [n = n](auto& s) { s.decrease(n); });
+      g_alloc.stats[d].allocation[0].decrease(1);
+      g_alloc.held.erase(it);
+    }
+  }
+  c10::free_cpu(p);
+}
+
+// One synchronous stream per device: host work is done when the call returns.
+struct StandInGuard final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNeuron; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return {kNeuron, g_current}; }
+  void setDevice(c10::Device d) const override { g_current = checked(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { g_current = d.index(); }
+  Stream getStream(c10::Device d) const override { return Stream(Stream::DEFAULT, d); }
+  Stream getDefaultStream(c10::Device d) const override { return Stream(Stream::DEFAULT, d); }
+  Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return Stream(Stream::DEFAULT, d); }
+  Stream getNewStream(c10::Device d, int) const override { return Stream(Stream::DEFAULT, d); }
+  Stream exchangeStream(Stream s) const noexcept override { return s; }
+  DeviceIndex deviceCount() const noexcept override { return g_count; }
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override { return {}; }
+  void record(void**, const Stream&, const DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  bool queryStream(const Stream&) const override { return true; }
+  void synchronizeStream(const Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const DeviceIndex) const override {}
+};
+
+struct StandInGenerator : at::CPUGeneratorImpl {  // as openreg's: CPU's generator, on the neuron device
+  explicit StandInGenerator(DeviceIndex d) {
+    device_ = c10::Device(kNeuron, d);
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+};
+
+const at::Generator& default_generator(DeviceIndex d) {
+  static std::vector<at::Generator> all = [] {
+    std::vector<at::Generator> made;
+    for (int i = 0; i < kMaxDevices; i++) made.push_back(at::make_generator<StandInGenerator>(i));
+    return made;
+  }();
+  return all[checked(d < 0 ? g_current : d)];
+}
+
+struct StandInHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return g_count > 0; }
+  bool hasPrimaryContext(DeviceIndex) const override { return true; }
+  const at::Generator& getDefaultGenerator(DeviceIndex d) const override { return default_generator(d); }
+  at::Generator getNewGenerator(DeviceIndex d) const override {
+    return at::make_generator<StandInGenerator>(d < 0 ? g_current : d);
+  }
+  at::Device getDeviceFromPtr(void*) const override { return {kNeuron, g_current}; }
+  bool isPinnedPtr(const void*) const override { return false; }
+  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  DeviceIndex deviceCount() const override { return g_count; }
+  void setCurrentDevice(DeviceIndex d) const override { g_current = checked(d); }
+  DeviceIndex getCurrentDevice() const override { return g_current; }
+  DeviceIndex exchangeDevice(DeviceIndex d) const override { return std::exchange(g_current, checked(d)); }
+  DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
+};
+
+// The kernels every backend must have (openreg's minimal set); all other ops: the CPU fallback.
+constexpr c10::DispatchKeySet kKeys(c10::DispatchKey::PrivateUse1);
+
+at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                               std::optional<at::Device> device, std::optional<bool>,
+                               std::optional<at::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_generic(size, &g_alloc, kKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<at::Device> device, std::optional<bool>) {
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_strided_generic(size, stride, &g_alloc, kKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor host_view(const at::Tensor& t) {  // the same bytes as a CPU tensor
+  return t.is_cpu() ? t : at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.numel() > 0) {
+    auto out = host_view(dst);
+    at::native::copy_(out, host_view(self), non_blocking);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { at::native::cpu_fallback(op, stack); }
+
+void set_device_count(int count) {
+  TORCH_CHECK(count >= 1 && count <= kMaxDevices, "cores must be 1 to ", kMaxDevices, ", got ", count);
+  g_count = static_cast<DeviceIndex>(count);
+}
+
+pybind11::object py_default_generator(int d) {
+  return pybind11::reinterpret_steal<pybind11::object>(THPGenerator_initDefaultGenerator(default_generator(d)));
+}
+
+const bool hooks_registered = (at::RegisterPrivateUse1HooksInterface(new StandInHooks()), true);
+}  // namespace
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, StandInGuard);
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_alloc);
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("resize_", at::native::resize_);
+  m.impl("view", at::native::view);  // views share storage: the fallback cannot make them
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("set_.source_Tensor", at::native::set_tensor_);
+  m.impl("set_.source_Storage", at::native::set_);
+  m.impl("set_.source_Storage_storage_offset", at::native::set_storage_cpu_);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+
+namespace at::autocast {
+Tensor binary_cross_entropy_banned(const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t) {
+  TORCH_CHECK(false, "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast: use "
+              "binary_cross_entropy_with_logits or BCEWithLogitsLoss (STAND-IN neuron device, as TorchNeuron)");
+}
+
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {  // TorchNeuron's policy: PyTorch's CUDA op lists
+#define STANDIN_LOW(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define STANDIN_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define STANDIN_FP32_OPT(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define STANDIN_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_LOWER_PRECISION_FP(STANDIN_LOW)
+  AT_FORALL_FP32(STANDIN_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(STANDIN_FP32_OPT)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+  AT_FORALL_PROMOTE(STANDIN_PROMOTE)
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN((&binary_cross_entropy_banned)));
+}
+}  // namespace at::autocast
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "STAND-IN neuron device: host memory and CPU kernels, not Trainium";
+  m.def("set_device_count", &set_device_count);
+  m.def("default_generator", &py_default_generator);
+}
