@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "CPU_THREADS_ENV_VAR", "DEFAULT_INSTANCE", "DEVICE_CHOICES", "DEVICE_ENV_VAR", "DTYPE_CHOICES", "DTYPE_ENV_VAR",
-    "MODEL_ENV_VAR", "NEURON_STANDIN_ENV_VAR", "SettingError", "Settings", "check_cpu_threads", "check_device_name",
+    "MODEL_ENV_VAR", "NEURON_STANDIN_ENV_VAR", "LaunchError", "NotAvailableError", "PlanError", "SettingError",
+    "Settings", "TrnlabError", "whole_number", "check_cpu_threads", "check_device_name",
     "check_dtype_name",
     "environment", "knob", "progress_bars", "quiet_transformers", "read_setting", "read_settings",
     "setting_problems",
@@ -59,8 +60,31 @@ DEVICE_CHOICES = ("neuron", "cuda", "cpu")
 DEFAULT_INSTANCE = "trn2.48xlarge"
 
 
-class SettingError(ValueError):
-    """A ``TRNLAB_*`` variable holds a value the course cannot use; the message names the fix."""
+class TrnlabError(Exception):
+    """The base of every error trnlab raises: ``except trnlab.TrnlabError`` catches them all."""
+
+
+class SettingError(TrnlabError, ValueError):
+    """A setting or an argument holds a value trnlab cannot use; the message names the fix."""
+
+
+class PlanError(SettingError):
+    """A mesh, an instance or a model config that cannot be planned or launched; the message names the fix."""
+
+
+class NotAvailableError(TrnlabError, RuntimeError, OSError):
+    """A device, a model or a tool this machine does not have; the message says how to get it."""
+
+
+class LaunchError(TrnlabError, RuntimeError):
+    """A launched run failed, timed out or left processes behind; the message names the rank and the fix."""
+
+
+def whole_number(name: str, value, minimum: int = 1) -> int:
+    """``value`` if it is a whole number >= ``minimum`` (a bool is not), else a :class:`SettingError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SettingError(f"{name}={value!r}: give a whole number >= {minimum}")
+    return value
 
 
 @dataclass(frozen=True)
