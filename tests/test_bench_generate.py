@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from trnlab.bench import generate as bench_generate
+from trnlab import bench
 from trnlab.__main__ import main as cli
-from trnlab.buckets import bucket_pad_tokens
+from trnlab.generation import bucket_pad_tokens
 
 
 def test_quick_benchmark_writes_its_report(tmp_path, capsys):
@@ -38,18 +38,17 @@ def test_quick_benchmark_writes_its_report(tmp_path, capsys):
 
 
 def test_settings_default_to_the_full_workload():
-    args = bench_generate.build_parser().parse_args([])
-    settings = bench_generate._settings(args)
-    assert (settings["prompts"], settings["shortest"], settings["longest"]) == (64, 4, 200)
-    assert settings["backend"] is None and settings["buckets"] == 4 and not settings["compile_prefill"]
-    quick = bench_generate._settings(bench_generate.build_parser().parse_args(["--quick", "--backend", "aot_eager"]))
-    assert quick["prompts"] == 8 and quick["backend"] == "aot_eager"
+    args = bench._generate_args([])
+    assert (args.prompts, args.shortest, args.longest) == (64, 4, 200)
+    assert args.backend is None and args.buckets == 4 and not args.compile_prefill
+    quick = bench._generate_args(["--quick", "--backend", "aot_eager"])
+    assert quick.prompts == 8 and quick.backend == "aot_eager"
 
 
 def test_backend_other_than_neuron_is_refused_on_neuron_not_replaced(fake_neuron):
-    settings = bench_generate._settings(bench_generate.build_parser().parse_args(["--backend", "inductor"]))
+    args = bench._generate_args(["--backend", "inductor", "--device", "neuron"])
     with pytest.raises(ValueError, match="backend 'inductor' cannot compile for a NeuronCore"):
-        bench_generate.run_benchmark(settings, model=object(), tokenizer=object(), device="neuron")
+        bench._run_generate(args, model=object(), tokenizer=object())
 
 
 def test_help_exits_cleanly(capsys):
@@ -62,26 +61,6 @@ def test_help_exits_cleanly(capsys):
 def test_the_report_says_whether_the_neff_cache_is_warm_or_off(monkeypatch):
     monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "/shared/neff")
-    assert bench_generate.neff_cache_state() == "on, in /shared/neff: graphs compiled before are loaded"
+    assert bench._neff_cache_state() == "on, in /shared/neff: graphs compiled before are loaded"
     monkeypatch.setenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")  # a cold run, set before the process starts
-    assert bench_generate.neff_cache_state().startswith("off (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)")
-
-
-def test_the_harness_keeps_its_old_import_paths():
-    import trnlab
-    from trnlab import bench
-    from trnlab.bench import timing, workload
-
-    for name in ("sample_prompt_lengths", "corpus_prompts", "run_generation_workload", "identical_outputs",
-                 "WorkloadResult", "RequestRecord"):
-        assert getattr(bench, name) is getattr(workload, name)
-    for name in ("time_generation", "timings_differ"):
-        assert getattr(bench, name) is getattr(timing, name) is getattr(trnlab, name)
-    assert trnlab.run_generation_workload is workload.run_generation_workload
-
-
-def test_steady_median_is_the_median_or_none():
-    from trnlab.bench.timing import steady_median
-
-    assert steady_median([3.0, 1.0, 2.0]) == 2.0 and steady_median(iter([1.0, 2.0])) == 1.5
-    assert steady_median([]) is None
+    assert bench._neff_cache_state().startswith("off (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)")

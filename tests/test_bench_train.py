@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from trnlab.bench import train as bench_train
+from trnlab import bench
 from trnlab.__main__ import main as cli
 from trnlab.models import load_tokenizer
 
@@ -71,21 +71,21 @@ def test_quick_benchmark_writes_all_strategies(tiny_model_dir, tmp_path, capsys)
 def test_targets_report_a_miss():
     results = {"fixed": {"graphs": 3, "graphs_after_warmup": 2, "padding_waste": 0.3, "real_tokens_per_second": 10.0},
                "packed": {"graphs": 1, "graphs_after_warmup": 0, "padding_waste": 0.0, "real_tokens_per_second": 5.0}}
-    targets = bench_train.evaluate_targets(results)
+    targets = bench._evaluate_targets(results)
     assert targets["fixed_one_graph"]["met"] is False and targets["packed_one_graph"]["met"] is True
     assert targets["packed_fastest"]["met"] is False
 
 
 def test_bad_arguments(capsys):
     with pytest.raises(SystemExit):
-        bench_train.parse_args(["--strategies", "dynamic,sorted"])
+        bench._train_args(["--strategies", "dynamic,sorted"])
     assert "unknown strategy 'sorted'" in capsys.readouterr().err
 
 
 def test_quick_changes_defaults_but_an_explicit_steps_wins():
-    quick = bench_train.parse_args(["--quick"])
+    quick = bench._train_args(["--quick"])
     assert (quick.steps, quick.batch_size, quick.texts) == (4, 2, 64)
-    chosen = bench_train.parse_args(["--quick", "--steps", "7", "--texts", "32"])
+    chosen = bench._train_args(["--quick", "--steps", "7", "--texts", "32"])
     assert (chosen.steps, chosen.batch_size, chosen.texts) == (7, 2, 32)
-    full = bench_train.parse_args([])
+    full = bench._train_args([])
     assert (full.steps, full.batch_size, full.texts) == (16, 4, 256)

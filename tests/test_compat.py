@@ -10,6 +10,43 @@ import torch
 
 from trnlab import compat
 
+#: Every name of trnlab.compat and the private internal it touches; the tests below check each one.
+INTERNALS = {
+    "COMPILE_TIME_METRIC": "torch._dynamo.utils.compilation_time_metrics key",
+    "dynamo_counters": "torch._dynamo.utils.counters",
+    "dynamo_unique_graphs": "torch._dynamo.utils.counters['stats']['unique_graphs']",
+    "dynamo_recompile_limit_hits": "torch._dynamo.utils.counters['unimplemented'] recompile limit event",
+    "dynamo_compile_seconds": "torch._dynamo.utils.compilation_time_metrics",
+    "dynamo_reset": "torch._dynamo.reset",
+    "dynamo_recompile_limit": "torch._dynamo.config.recompile_limit",
+    "dynamo_recompiles_logger": "logging.getLogger('torch._dynamo.guards.__recompiles')",
+    "no_compile_caches": "torch._inductor.config.fx_graph_cache, torch._functorch.config.enable_autograd_cache",
+    "GENERATE_STATE_ATTRIBUTES": "GenerationMixin's _compiled_call, _last_compile_config, _previous_max_cache_length",
+    "forget_generate_state": "GenerationMixin's compile state attributes",
+    "generate_cache_length": "GenerationMixin._previous_max_cache_length",
+    "compile_on_every_device": "CompileConfig._compile_all_devices",
+    "valid_auto_compile_criteria": "GenerationMixin._valid_auto_compile_criteria",
+    "default_compile_config": "PreTrainedModel._default_compile_config",
+    "attention_implementation": "PretrainedConfig._attn_implementation",
+    "ACCELERATE_DYNAMIC_ENV_VAR": "ACCELERATE_DYNAMO_USE_DYNAMIC, read by TorchDynamoPlugin",
+    "ACCELERATE_PARALLELISM_REFUSAL": "the words of Accelerate's ParallelismConfig refusal",
+    "is_parallelism_refusal": "the words of Accelerate's ParallelismConfig refusal",
+    "trainer_dynamo_plugin": "Trainer.accelerator.state.dynamo_plugin",
+    "cpu_mesh_as_multi_device": "accelerate.Accelerator.multi_device, read by ParallelismConfig._validate_accelerator",
+    "model_device_mesh": "PreTrainedModel._device_mesh",
+    "strided_shard_class": "torch.distributed.tensor.placement_types._StridedShard",
+    "privateuse1_backend_name": "torch._C._get_privateuse1_backend_name",
+    "register_device_module": "torch._register_device_module",
+    "DEVICE_MODULE_BAD_FORK_HOOK": "torch.random.manual_seed calls <device module>._is_in_bad_fork()",
+    "CACHED_DETECTIONS": "the lru_caches of is_torch_neuron_available, is_torch_bf16_gpu_available, is_neuron_available",
+    "clear_detection_caches": "those caches' cache_clear, torch.get_device_module.cache_clear",
+    "accelerate_shared_states": "accelerate.state.PartialState._shared_state, AcceleratorState._shared_state",
+    "aot_autograd": "torch._dynamo.backends.common.aot_autograd",
+    "aot_graph_name": "torch._functorch._aot_autograd.logging_utils.get_aot_graph_name",
+    "graph_symbolic_sizes": "ShapeEnv.var_to_range of node.meta['val'] or node.meta['example_value']",
+    "register_dynamo_backend": "torch._dynamo.backends.registry._COMPILER_FNS, register_backend",
+}
+
 
 def _resolve(dotted: str):
     parts = dotted.split(".")
@@ -112,8 +149,11 @@ def test_accelerate_reads_the_dynamic_variable(monkeypatch):
     assert TorchDynamoPlugin().dynamic is None
 
 
-def test_every_internal_is_listed():
-    assert len(compat.INTERNALS) >= 15 and all(isinstance(v, str) and v for v in compat.INTERNALS.values())
+def test_every_compat_name_is_listed_with_what_it_touches():
+    names = {name for name, value in vars(compat).items() if not name.startswith("_")
+             and (isinstance(value, (str, tuple)) or getattr(value, "__module__", None) == compat.__name__)}
+    assert names == set(INTERNALS), (f"add to INTERNALS (and test): {sorted(names - set(INTERNALS))}; "
+                                     f"no longer in compat: {sorted(set(INTERNALS) - names)}")
 
 
 def test_no_other_trnlab_module_reaches_into_private_torch_or_transformers():

@@ -9,7 +9,8 @@ import torch
 
 import trnlab
 from trnlab import device as dev
-from trnlab.doctor import format_report, run_checks
+from trnlab import doctor
+from trnlab.doctor import _format_report as format_report, run_checks
 
 
 def test_cpu_path_for_real(no_accelerator, capsys):
@@ -22,7 +23,7 @@ def test_cpu_path_for_real(no_accelerator, capsys):
 
 
 def test_cpu_report(no_accelerator):
-    report = trnlab.device_report()
+    report = doctor.device_report()
     assert report.backend == "cpu" and report.device_count == 1
     assert report.available == {"neuron": False, "cuda": False, "cpu": True}
     assert report.versions["torch"] == torch.__version__.split("+")[0] or report.versions["torch"] == torch.__version__
@@ -34,7 +35,7 @@ def test_cpu_report(no_accelerator):
 
 @pytest.mark.parametrize("prefer", ["neuron", "cuda", "neuron:0"])
 def test_explicit_missing_device_raises_never_falls_back(no_accelerator, prefer):
-    with pytest.raises(trnlab.DeviceNotAvailableError, match="not available") as info:
+    with pytest.raises(trnlab.NotAvailableError, match="not available") as info:
         trnlab.pick_device(prefer)
     assert "install" in str(info.value).lower()
 
@@ -48,9 +49,9 @@ def test_neuron_branch(fake_neuron):
     assert dev.detect_backend() == "neuron"
     assert trnlab.pick_device() == torch.device("neuron", 0)
     assert trnlab.pick_device("neuron:3") == torch.device("neuron", 3)
-    with pytest.raises(trnlab.DeviceNotAvailableError, match="sees 4 neuron device"):
+    with pytest.raises(trnlab.NotAvailableError, match="sees 4 neuron device"):
         trnlab.pick_device("neuron:4")
-    report = trnlab.device_report()
+    report = doctor.device_report()
     assert (report.backend, report.device_count, report.bf16_supported) == ("neuron", 4, True)
     assert report.versions["torch-neuronx"] == "0.0.0+fake"
     assert report.notes == []
@@ -60,7 +61,7 @@ def test_neuron_without_cores_falls_back(fake_neuron, monkeypatch):
     fake_neuron.count = 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert dev.detect_backend() == "cpu"
-    with pytest.raises(trnlab.DeviceNotAvailableError):
+    with pytest.raises(trnlab.NotAvailableError):
         trnlab.pick_device("neuron")
 
 
@@ -81,7 +82,7 @@ def test_device_map_elsewhere(no_accelerator):
         assert trnlab.resolve_device_map(None) is None
     with pytest.warns(UserWarning, match="silently on CPU"):
         assert trnlab.resolve_device_map("auto", backend="neuron") == "neuron"
-    with pytest.raises(trnlab.DeviceNotAvailableError, match="device_map='neuron'"):
+    with pytest.raises(trnlab.NotAvailableError, match="device_map='neuron'"):
         trnlab.resolve_device_map("neuron")
 
 
@@ -90,9 +91,9 @@ def test_neff_cache_summary(tmp_path, monkeypatch):
     (tmp_path / "graph1").mkdir()
     (tmp_path / "graph1" / "model.neff").write_bytes(b"x" * 100)
     (tmp_path / "b.neff").write_bytes(b"y" * 20)
-    assert dev.neff_cache_summary() == {"path": str(tmp_path), "exists": True, "files": 2, "bytes": 120}
+    assert doctor.neff_cache_summary() == {"path": str(tmp_path), "exists": True, "files": 2, "bytes": 120}
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "missing"))
-    assert dev.neff_cache_summary()["exists"] is False
+    assert doctor.neff_cache_summary()["exists"] is False
 
 
 def test_neuron_ls_is_read_when_present(tmp_path, monkeypatch):
@@ -105,7 +106,7 @@ def test_neuron_ls_is_read_when_present(tmp_path, monkeypatch):
 
 def test_doctor_report_on_fake_neuron(fake_neuron, monkeypatch):
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-1")
-    report = trnlab.device_report()
+    report = doctor.device_report()
     checks = run_checks(report)
     text = format_report(report, checks)
     assert "backend                  neuron" in text
@@ -161,7 +162,7 @@ def test_neuron_core_holders_reads_the_pid_column():
 def test_doctor_names_the_process_that_holds_the_cores():
     from trnlab import doctor
 
-    report = dev.device_report()
+    report = doctor.device_report()
     report.neuron_ls = NEURON_LS_WITH_PROCESSES
     check = next(c for c in doctor.run_checks(report) if c.name == "neuron cores")
     assert not check.ok
@@ -171,8 +172,8 @@ def test_doctor_names_the_process_that_holds_the_cores():
 
 
 def test_accelerator_memory_on_cpu_says_there_is_no_counter():
-    assert trnlab.accelerator_memory("cpu") is None
-    assert trnlab.accelerator_memory(torch.device("cpu")) is None
+    assert dev._accelerator_memory("cpu") is None
+    assert dev._accelerator_memory(torch.device("cpu")) is None
     text = trnlab.format_accelerator_memory("cpu")
     assert text.startswith("cpu: the CPU has no such counter") and "torch.accelerator.memory_allocated" in text
     # Generic: notebook 02 prints it after loading, notebook 04 after a training step.
@@ -182,31 +183,29 @@ def test_accelerator_memory_on_cpu_says_there_is_no_counter():
 @pytest.mark.parametrize("backend", ["cuda", "neuron"])
 def test_accelerator_memory_reads_torch_accelerator(monkeypatch, backend):
     asked = []
-    monkeypatch.setattr(dev, "current_accelerator", lambda: backend)
+    monkeypatch.setattr(dev, "_current_accelerator", lambda: backend)
     monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 1)
     monkeypatch.setattr(torch.accelerator, "memory_allocated", lambda i: asked.append(i) or 3 * 2**20)
     monkeypatch.setattr(torch.accelerator, "max_memory_allocated", lambda i: asked.append(i) or 5 * 2**30)
-    assert trnlab.accelerator_memory(f"{backend}:2") == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
+    assert dev._accelerator_memory(f"{backend}:2") == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
     assert asked == [2, 2]
-    assert trnlab.accelerator_memory(backend) == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
+    assert dev._accelerator_memory(backend) == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
     assert asked[2:] == [1, 1]  # no index: the current device
     assert trnlab.format_accelerator_memory(f"{backend}:0") == (
         f"{backend}:0: 3.0 MiB allocated by tensors now, 5.00 GiB at most so far "
         "(torch.accelerator.memory_allocated / max_memory_allocated)")
     other = "cuda" if backend == "neuron" else "neuron"
     with pytest.raises(ValueError, match=f"{other}:0 is not this process's accelerator \\({backend}\\)"):
-        trnlab.accelerator_memory(f"{other}:0")
+        dev._accelerator_memory(f"{other}:0")
 
 
 def _setup_output(capsys, device=None):
-    from trnlab import notebook
-
-    chosen = notebook.setup(device)
+    chosen = dev.setup(device)
     return chosen, capsys.readouterr().out
 
 
 def test_setup_without_neuron_says_so_in_one_line(no_accelerator, monkeypatch, capsys):
-    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: None)
+    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: None)
     chosen, out = _setup_output(capsys, "cpu")
     assert chosen == torch.device("cpu")
     lines = [line for line in out.splitlines() if line.startswith("NeuronCores")]
@@ -215,7 +214,7 @@ def test_setup_without_neuron_says_so_in_one_line(no_accelerator, monkeypatch, c
 
 
 def test_setup_on_neuron_names_the_processes_holding_cores(fake_neuron, monkeypatch, capsys):
-    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: NEURON_LS_WITH_PROCESSES)
+    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: NEURON_LS_WITH_PROCESSES)
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
     chosen, out = _setup_output(capsys)
     assert chosen == torch.device("neuron", 0)
@@ -251,15 +250,13 @@ def test_core_holders_notice_reports_every_other_holder_and_not_the_kernel_itsel
 
 
 def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, capsys):
-    from trnlab import notebook
-
-    monkeypatch.setattr(notebook, "_run", {})
+    monkeypatch.setattr(dev, "_run", {})
     with pytest.raises(RuntimeError, match=r"call trnlab.setup\(\) at the top of the notebook first"):
         trnlab.run_summary()
-    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: None)
+    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: None)
     add = torch.compile(lambda x: x + 1, backend="eager", dynamic=False)
     add(torch.ones(1))  # compiled before setup: not this notebook's
-    notebook.setup("cpu")
+    dev.setup("cpu")
     add(torch.ones(2)), add(torch.ones(3)), add(torch.ones(3))
     first, second, *more = trnlab.run_summary().splitlines()
     assert re.fullmatch(r"this notebook compiled 2 graph\(s\) in \d+ s on cpu", first), first
@@ -269,12 +266,10 @@ def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, caps
 
 
 def test_run_summary_on_neuron_counts_neffs(fake_neuron, monkeypatch, capsys):
-    from trnlab import notebook
-
     metrics = [{"graph": "g0"}]
     fake_neuron.get_dynamo_metrics = lambda: list(metrics)
-    monkeypatch.setattr("trnlab.notebook.neuron_ls_output", lambda: None)
-    notebook.setup()
+    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: None)
+    dev.setup()
     metrics += [{"graph": "g1"}, {"graph": "g2"}]
     lines = trnlab.run_summary().splitlines()
     assert lines[0].endswith("on neuron:0")

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import trnlab
-from trnlab import data
 from trnlab import distributed as td
 from trnlab import plots
+from trnlab import training
 from trnlab.launcher import launch
-from trnlab.memory_model import plan_memory
+from trnlab.planning import plan_memory
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "train_sharded.py"
 MEASURE_SCRIPT = SCRIPT.with_name("measure_memory.py")
@@ -41,14 +41,11 @@ def test_index_ranges_and_chunks_describe_shards():
     assert [len(td._chunk(rows, 2, i)) for i in (0, 1)] == [381, 380]
 
 
-def test_batches_are_cut_in_order_and_split_evenly_between_fsdp_ranks():
+def test_batches_are_cut_in_order_cycling_through_the_data():
     dataset = [{"input_ids": torch.full((4,), i)} for i in range(5)]
     batches = td.global_batches(dataset, batch_size=4, steps=2)
+    assert batches[0]["input_ids"][:, 0].tolist() == [0, 1, 2, 3]
     assert batches[1]["input_ids"][:, 0].tolist() == [4, 0, 1, 2]  # cycles through the data
-    halves = [td.shard_of_batch(batches[0], r, 2)["input_ids"][:, 0].tolist() for r in (0, 1)]
-    assert halves == [[0, 1], [2, 3]]
-    with pytest.raises(ValueError, match="multiple of fsdp_size=3"):
-        td.shard_of_batch(batches[0], 0, 3)
     with pytest.raises(ValueError, match="dataset is empty"):
         td.global_batches([], 4, 1)
 
@@ -113,9 +110,9 @@ def test_trainer_path_is_a_working_trainer(tmp_path):
     """The Trainer path runs on Trainium/GPUs only; here its arguments are checked on a plain model."""
     model = trnlab.load_model(None, device="cpu", dtype=torch.float32).train()
     tokenizer = trnlab.load_tokenizer()
-    dataset = data.packed_dataset(tokenizer, data.training_texts(8), 32)
-    trainer = td.build_trainer(model, dataset, steps=2, batch_size=4, dp_size=2, learning_rate=1e-3,
-                               output_dir=tmp_path)
+    dataset = training.packed_dataset(tokenizer, training.training_texts(8), 32)
+    trainer = td._build_trainer(model, dataset, steps=2, batch_size=4, dp_size=2, learning_rate=1e-3,
+                                output_dir=tmp_path)
     assert trainer.args.per_device_train_batch_size == 2 and trainer.args.max_grad_norm == 0.0
     assert trainer.args.lr_scheduler_type == "constant" and trainer.args.dataloader_drop_last
     batch = next(iter(trainer.get_train_dataloader()))
@@ -135,7 +132,7 @@ def sharded_run(tmp_path_factory):
                                    "--then", MEASURE_SCRIPT, "--out", folder / "measured", "--model", model,
                                    "--tp-size", 2, "--fsdp-size", 2, "--batch", MEASURE_BATCH, "--seq", MEASURE_SEQ],
                     tp_size=2, fsdp_size=2, model=model, device="cpu", timeout=400)
-    assert result.ok, result.describe() + "\n" + result.traceback
+    assert result.ok, f"{result}\n{result.traceback}"
     measured = sorted((json.loads(p.read_text()) for p in (folder / "measured").glob("rank*.json")),
                       key=lambda r: r["rank"])
     return {"model": model, "folder": folder, "run": td.read_run(folder / "run"), "result": result,
@@ -147,12 +144,12 @@ def reference(sharded_run):
     """The same model, data and optimizer in this one process."""
     model = trnlab.load_model(sharded_run["model"], device="cpu", dtype=torch.float32)
     tokenizer = trnlab.load_tokenizer(sharded_run["model"])
-    dataset = data.packed_dataset(tokenizer, data.training_texts(64), BLOCK)
+    dataset = training.packed_dataset(tokenizer, training.training_texts(64), BLOCK)
     first = td.global_batches(dataset, BATCH, 1)[0]
     loss_before = td.batch_loss(model, first)
     losses = td.train_single_process(model, dataset, steps=STEPS, batch_size=BATCH)
     return {"loss_before": loss_before, "losses": losses,
-            "generation": td.greedy_text(model, tokenizer, data.NEW_FACT_PROMPT)}
+            "generation": td.greedy_text(model, tokenizer, training.NEW_FACT_PROMPT)}
 
 
 def test_every_rank_ran_on_the_2x2_mesh_and_says_which_training_path(sharded_run):
@@ -201,10 +198,10 @@ def test_saved_model_reloads_in_one_process_and_generates_the_same(sharded_run, 
     saved = sharded_run["folder"] / "run" / "model"
     model = trnlab.load_model(saved, device="cpu")
     assert not any(hasattr(p, "placements") for p in model.parameters())  # plain tensors again
-    text = td.greedy_text(model, trnlab.load_tokenizer(saved), data.NEW_FACT_PROMPT)
+    text = td.greedy_text(model, trnlab.load_tokenizer(saved), training.NEW_FACT_PROMPT)
     assert text == sharded_run["run"]["generation"]
     assert text == reference["generation"]
-    assert text.startswith(data.NEW_FACT_PROMPT) and len(text) > len(data.NEW_FACT_PROMPT) + 10
+    assert text.startswith(training.NEW_FACT_PROMPT) and len(text) > len(training.NEW_FACT_PROMPT) + 10
 
 
 def test_the_notebook_writes_exactly_this_script():

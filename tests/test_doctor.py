@@ -47,7 +47,7 @@ def test_doctor_json_stays_json_on_a_bad_setting(variable, value):
 
 def test_every_bad_setting_at_once_is_listed(monkeypatch):
     from trnlab import doctor
-    from trnlab.device import device_report
+    from trnlab.doctor import device_report
 
     monkeypatch.setenv("TRNLAB_DTYPE", "fp16")
     monkeypatch.setenv("TRNLAB_CPU_THREADS", "many")
@@ -64,7 +64,7 @@ def test_every_bad_setting_at_once_is_listed(monkeypatch):
 from dataclasses import replace  # noqa: E402
 
 from trnlab import doctor  # noqa: E402
-from trnlab.device import DeviceReport  # noqa: E402
+from trnlab.doctor import DeviceReport  # noqa: E402
 
 NATIVE = "/opt/aws_neuronx_venv_torch_neuronx_2_14_0"
 XLA_VENV = "/opt/aws_neuronx_venv_pytorch_2_9"
@@ -218,7 +218,7 @@ def test_the_report_of_a_trn2_in_the_xla_venv(monkeypatch):
                           {"NEURON_RT_VISIBLE_CORES": None}, {"path": "/tmp/neff_cache", "exists": False}, None)
     machine = _with(versions={"torch": "2.9.0", "torch-neuronx": "2.9.0.2.11.19912", "torch-xla": "2.9.0",
                               "neuronx-cc": "2.21.0"}, env={"VIRTUAL_ENV": XLA_VENV}, prefix=XLA_VENV, devices=0)
-    lines = doctor.format_report(report, doctor.run_checks(report, machine)).splitlines()
+    lines = doctor._format_report(report, doctor.run_checks(report, machine)).splitlines()
     fails = [line.strip() for line in lines if "[FAIL]" in line]
     assert fails == [f"[FAIL] neuron environment: torch-neuronx 2.9.0.2.11.19912 is not TorchNeuron (2.13.3.x or "
                      f"2.14.3.x); torch-xla 2.9.0 is installed; {XLA_VENV} is an XLA-based venv: this is the "

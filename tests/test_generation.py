@@ -12,7 +12,7 @@ import torch
 from fake_neuron import ReportingDevice
 
 import trnlab
-from trnlab import generation as gen
+from trnlab import compile_tracking as ct, generation as gen
 
 # ----------------------------------------------------------------------------- bucket chooser
 
@@ -24,7 +24,7 @@ def brute_force_waste(lengths, k):
     best = None
     for size in range(0, k):
         for extra in itertools.combinations(candidates, size):
-            waste = trnlab.bucket_pad_tokens(lengths, (*extra, longest))
+            waste = gen.bucket_pad_tokens(lengths, (*extra, longest))
             best = waste if best is None else min(best, waste)
     return best
 
@@ -37,21 +37,21 @@ def test_choose_buckets_matches_brute_force_on_small_inputs():
         buckets = trnlab.choose_buckets(lengths, k)
         assert len(buckets) <= k and max(buckets) == max(lengths) and list(buckets) == sorted(set(buckets))
         assert set(buckets) <= set(lengths)
-        assert trnlab.bucket_pad_tokens(lengths, buckets) == brute_force_waste(lengths, k), (lengths, k, buckets)
+        assert gen.bucket_pad_tokens(lengths, buckets) == brute_force_waste(lengths, k), (lengths, k, buckets)
 
 
 def test_choose_buckets_known_answers():
     assert trnlab.choose_buckets([10, 10, 11, 50, 52], 2) == (11, 52)
     assert trnlab.choose_buckets([3, 1, 2], 1) == (3,)
-    assert trnlab.bucket_pad_tokens([3, 1, 2], (3,)) == 3
+    assert gen.bucket_pad_tokens([3, 1, 2], (3,)) == 3
     # as many buckets as distinct lengths: every length is its own bucket, nothing wasted
     assert trnlab.choose_buckets([5, 3, 5, 9], 3) == (3, 5, 9)
     assert trnlab.choose_buckets([5, 3, 5, 9], 10) == (3, 5, 9)
-    assert trnlab.bucket_pad_tokens([5, 3, 5, 9], (3, 5, 9)) == 0
+    assert gen.bucket_pad_tokens([5, 3, 5, 9], (3, 5, 9)) == 0
 
 
 def test_waste_falls_as_the_budget_grows():
-    lengths = trnlab.sample_prompt_lengths(64, 4, 200, seed=0)
+    lengths = ct.sample_prompt_lengths(64, 4, 200, seed=0)
     rows = trnlab.padding_by_bucket_count(lengths, 8)
     wastes = [r["pad_tokens"] for r in rows]
     assert wastes == sorted(wastes, reverse=True) and wastes[0] > wastes[-1] > 0
@@ -75,19 +75,16 @@ def test_choose_buckets_rejects_bad_lengths():
         trnlab.choose_buckets([4, -3], 2)
     with pytest.raises(ValueError, match="positive integers"):
         trnlab.choose_buckets([4, 2.5], 2)
-    with pytest.raises(ValueError, match="max_position_embeddings"):
-        trnlab.choose_buckets([100, 600], 2, max_positions=512)
-    assert trnlab.choose_buckets([100, 512], 2, max_positions=512) == (100, 512)
 
 
 def test_bucket_for_and_padding_waste():
-    assert [trnlab.bucket_for(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
-    assert trnlab.bucket_pad_tokens([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
-    with pytest.raises(trnlab.PromptTooLongError, match="longer than the longest bucket .32.*truncate=True"):
-        trnlab.bucket_for(33, (8, 16, 32))
-    with pytest.raises(trnlab.PromptTooLongError):
-        trnlab.bucket_pad_tokens([4, 40], (8, 32))
-    assert issubclass(trnlab.PromptTooLongError, ValueError)
+    assert [gen._bucket_for(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
+    assert gen.bucket_pad_tokens([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
+    with pytest.raises(gen.PromptTooLongError, match="longer than the longest bucket .32.*truncate=True"):
+        gen._bucket_for(33, (8, 16, 32))
+    with pytest.raises(gen.PromptTooLongError):
+        gen.bucket_pad_tokens([4, 40], (8, 32))
+    assert issubclass(gen.PromptTooLongError, ValueError)
 
 
 def test_shape_buckets_normalise_and_validate():
@@ -109,22 +106,20 @@ def test_shape_buckets_normalise_and_validate():
 
 
 def test_pad_token_lists_pads_left_or_right():
-    batch = gen.pad_token_lists([[5, 6], [8]], 0, "left", length=4)
+    batch = gen._pad_token_lists([[5, 6], [8]], 0, "left", length=4)
     assert batch["input_ids"].tolist() == [[0, 0, 5, 6], [0, 0, 0, 8]]
     assert batch["attention_mask"].tolist() == [[0, 0, 1, 1], [0, 0, 0, 1]]
-    assert gen.pad_token_lists([[5, 6], [8]], 0, "right")["input_ids"].tolist() == [[5, 6], [8, 0]]
-    with pytest.raises(ValueError, match="cannot pad a prompt of 2 tokens down to 1"):
-        gen.pad_token_lists([[5, 6]], 0, "left", length=1)
+    assert gen._pad_token_lists([[5, 6], [8]], 0, "right")["input_ids"].tolist() == [[5, 6], [8, 0]]
     with pytest.raises(ValueError, match="no pad token id: set tokenizer.pad_token"):
-        gen.pad_token_lists([[5, 6]], None)
+        gen._pad_token_lists([[5, 6]], None)
 
 
 def test_sample_prompt_lengths_are_seeded_and_in_range():
-    lengths = trnlab.sample_prompt_lengths(64, 4, 200, seed=0)
-    assert lengths == trnlab.sample_prompt_lengths(64, 4, 200, seed=0) != trnlab.sample_prompt_lengths(64, 4, 200, seed=1)
+    lengths = ct.sample_prompt_lengths(64, 4, 200, seed=0)
+    assert lengths == ct.sample_prompt_lengths(64, 4, 200, seed=0) != ct.sample_prompt_lengths(64, 4, 200, seed=1)
     assert len(lengths) == 64 and 4 <= min(lengths) and max(lengths) <= 200 and len(set(lengths)) > 40
     with pytest.raises(ValueError, match="shortest <= longest"):
-        trnlab.sample_prompt_lengths(4, 10, 5)
+        ct.sample_prompt_lengths(4, 10, 5)
 
 
 # ----------------------------------------------------------------------------- compile config
@@ -209,11 +204,11 @@ def test_left_padded_batch_gives_each_prompt_its_own_answer(model, tokenizer):
 
 
 def test_corpus_prompts_have_the_exact_lengths(tokenizer):
-    prompts = trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
+    prompts = ct.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
     assert [len(p) for p in prompts] == [4, 200, 57]
     assert all(isinstance(i, int) for p in prompts for i in p)
-    assert prompts == trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
-    assert prompts != trnlab.corpus_prompts(tokenizer, [4, 200, 57], seed=4)
+    assert prompts == ct.corpus_prompts(tokenizer, [4, 200, 57], seed=3)
+    assert prompts != ct.corpus_prompts(tokenizer, [4, 200, 57], seed=4)
 
 
 STATIC_NOTICE = ("generate() with a static cache will not compile on cpu: Transformers auto-compiles only on cuda, "
@@ -228,18 +223,18 @@ def test_will_auto_compile_answers_as_generate_compiles(model, tokenizer, monkey
         trnlab.forget_compiled_graphs(model)
         with trnlab.CompileTracker() as tracker:
             model.generate(**inputs, do_sample=False, max_new_tokens=3, cache_implementation="static", **kwargs)
-        assert gen.will_auto_compile(model, cache_implementation="static", **kwargs) is (tracker.graphs > 0), kwargs
+        assert gen._will_auto_compile(model, cache_implementation="static", **kwargs) is (tracker.graphs > 0), kwargs
     trnlab.forget_compiled_graphs(model)
     assert tracker.graphs > 0  # the last one, with the compile config, compiled
-    assert not gen.will_auto_compile(model, cache_implementation="static", compile_config=everywhere, disable_compile=True)
-    assert not gen.will_auto_compile(model, compile_config=everywhere)  # a dynamic cache is never compiled
+    assert not gen._will_auto_compile(model, cache_implementation="static", compile_config=everywhere, disable_compile=True)
+    assert not gen._will_auto_compile(model, compile_config=everywhere)  # a dynamic cache is never compiled
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)  # generate() set it, compiling
-    assert gen.will_auto_compile(model, cache_implementation="static", compile_config=everywhere)
+    assert gen._will_auto_compile(model, cache_implementation="static", compile_config=everywhere)
     assert "TOKENIZERS_PARALLELISM" not in os.environ  # asking does not set it
 
 
 def test_a_static_cache_that_will_not_compile_here_says_so(model, tokenizer, fake_neuron):
-    assert gen.static_cache_notice(model, cache_implementation="static") == STATIC_NOTICE
+    assert gen._static_cache_notice(model, cache_implementation="static") == STATIC_NOTICE
     for quiet in ({"compile_config": trnlab.generation_compile_config("cpu")}, {"disable_compile": True}, {}):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -249,17 +244,17 @@ def test_a_static_cache_that_will_not_compile_here_says_so(model, tokenizer, fak
         gen.generate_batch(model, tokenizer, "Hi", do_sample=False, max_new_tokens=1, cache_implementation="static")
     assert [str(w.message) for w in caught if w.category is UserWarning] == [STATIC_NOTICE]
     with ReportingDevice(model, "neuron:0"):  # Transformers compiles there by itself: nothing to say
-        assert gen.will_auto_compile(model, cache_implementation="static")
-        assert gen.static_cache_notice(model, cache_implementation="static") is None
+        assert gen._will_auto_compile(model, cache_implementation="static")
+        assert gen._static_cache_notice(model, cache_implementation="static") is None
 
 
 def test_bucketed_generate_equals_plain_generate_token_for_token(model, tokenizer):
     buckets = trnlab.ShapeBuckets((8, 24, 40), max_new_tokens=10)
-    for ids in trnlab.corpus_prompts(tokenizer, [3, 8, 9, 24, 31, 40], seed=1):
+    for ids in ct.corpus_prompts(tokenizer, [3, 8, 9, 24, 31, 40], seed=1):
         prompt = torch.tensor([ids])
         plain = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                max_new_tokens=10, cache_implementation="static", disable_compile=True)
-        bucketed = gen.bucketed_generate(model, prompt, buckets=buckets, compile=False)
+        bucketed = gen.bucketed_generate(model, [ids], buckets=buckets, compile=False)
         assert torch.equal(plain, bucketed), prompt.shape
     # a padded batch: bucketing adds columns on the left and removes them again
     texts = [trnlab.EXAMPLE_PROMPT, "In Kyoto, the tea grower sells"]
@@ -270,26 +265,26 @@ def test_bucketed_generate_equals_plain_generate_token_for_token(model, tokenize
 
 def test_bucketed_generate_refuses_or_truncates_a_too_long_prompt(model, tokenizer):
     buckets = trnlab.ShapeBuckets((8, 16), max_new_tokens=4)
-    prompt = torch.tensor(trnlab.corpus_prompts(tokenizer, [20], seed=2))
-    with pytest.raises(trnlab.PromptTooLongError, match="20 tokens is longer than the longest bucket .16."):
-        gen.bucketed_generate(model, prompt, buckets=buckets, compile=False)
+    prompt = torch.tensor(ct.corpus_prompts(tokenizer, [20], seed=2))
+    with pytest.raises(gen.PromptTooLongError, match="20 tokens is longer than the longest bucket .16."):
+        gen.bucketed_generate(model, prompt.tolist(), buckets=buckets, compile=False)
     with pytest.warns(UserWarning, match="truncated to its last 16 tokens"):
-        cut = gen.bucketed_generate(model, prompt, buckets=buckets, compile=False, truncate=True)
+        cut = gen.bucketed_generate(model, prompt.tolist(), buckets=buckets, compile=False, truncate=True)
     plain = model.generate(input_ids=prompt[:, -16:], attention_mask=torch.ones(1, 16, dtype=torch.long),
                            do_sample=False, max_new_tokens=4, cache_implementation="static")
     assert torch.equal(cut, plain)
     with pytest.raises(ValueError, match="max_new_tokens=5 does not fit"):
-        gen.bucketed_generate(model, prompt[:, :8], buckets=buckets, max_new_tokens=5, compile=False)
+        gen.bucketed_generate(model, prompt[:, :8].tolist(), buckets=buckets, max_new_tokens=5, compile=False)
     with pytest.raises(ValueError, match="sets max_cache_len itself"):
-        gen.bucketed_generate(model, prompt[:, :8], buckets=buckets, max_cache_len=99, compile=False)
+        gen.bucketed_generate(model, prompt[:, :8].tolist(), buckets=buckets, max_cache_len=99, compile=False)
     with pytest.raises(ValueError, match="max_position_embeddings=512"):
-        gen.bucketed_generate(model, prompt, buckets=trnlab.ShapeBuckets((500,), 20), compile=False)
+        gen.bucketed_generate(model, prompt.tolist(), buckets=trnlab.ShapeBuckets((500,), 20), compile=False)
 
 
 def test_compiled_workloads_count_one_graph_per_shape_and_bucketing_bounds_them(tokenizer):
     # eager attention: its mask is always a tensor, so a full bucket and a padded one share a graph
     model = trnlab.load_model(device="cpu", attn_implementation="eager")
-    prompts = trnlab.corpus_prompts(tokenizer, [6, 3, 9], seed=4)
+    prompts = ct.corpus_prompts(tokenizer, [6, 3, 9], seed=4)
     trnlab.forget_compiled_graphs(model)
     naive = trnlab.run_generation_workload(model, prompts, 3, backend="eager")
     # decode graphs only; the static cache keeps the longest length seen: 6+2, then 8 again, then 9+2
@@ -299,7 +294,7 @@ def test_compiled_workloads_count_one_graph_per_shape_and_bucketing_bounds_them(
     assert naive.table()[-1]["graphs_so_far"] == 2 and naive.table()[-1]["shapes_so_far"] == 2
 
     buckets = trnlab.ShapeBuckets((6, 12), max_new_tokens=3)
-    prompts += trnlab.corpus_prompts(tokenizer, [12, 5], seed=5)
+    prompts += ct.corpus_prompts(tokenizer, [12, 5], seed=5)
     trnlab.forget_compiled_graphs(model)
     eager = trnlab.run_generation_workload(model, prompts, 3, compile=False)
     trnlab.forget_compiled_graphs(model)
@@ -309,11 +304,12 @@ def test_compiled_workloads_count_one_graph_per_shape_and_bucketing_bounds_them(
     assert [r.padded_length for r in bucketed.requests] == [6, 6, 12, 12, 6]
     assert [r.new_graphs for r in bucketed.requests] == [2, 0, 1, 0, 0]
     assert bucketed.graphs == bucketed.distinct_shapes == 3 <= len(buckets.lengths) + 1
-    assert trnlab.identical_outputs(eager, bucketed)
+    assert ct.identical_outputs(eager, bucketed)
     assert bucketed.tokens_per_second() > 0 and bucketed.summary()["pad_tokens"] == 0 + 3 + 3 + 0 + 1
-    assert trnlab.identical_outputs(eager, naive) is False  # different prompt lists: the check can fail
-    assert bucketed.describe().startswith("bucketed: 5 request(s), 3 graph(s) for 3 distinct shape(s), "
-                                          "7 pad token(s), ")
+    assert ct.identical_outputs(eager, naive) is False  # different prompt lists: the check can fail
+    figures = bucketed.summary()
+    assert [figures[k] for k in ("label", "requests", "graphs", "distinct_shapes", "pad_tokens")] == [
+        "bucketed", 5, 3, 3, 7]
 
 
 def test_time_generation_reports_first_and_steady_calls(model, tokenizer):
@@ -327,11 +323,11 @@ def test_time_generation_reports_first_and_steady_calls(model, tokenizer):
 
 
 def test_timings_differ_only_beyond_the_spread():
-    assert trnlab.timings_differ([0.10, 0.12, 0.11], [0.20, 0.25]) is True
-    assert trnlab.timings_differ([0.30, 0.31], [0.10, 0.12]) is True
-    assert trnlab.timings_differ([0.10, 0.21], [0.20, 0.25]) is False  # overlapping: noise
+    assert ct.timings_differ([0.10, 0.12, 0.11], [0.20, 0.25]) is True
+    assert ct.timings_differ([0.30, 0.31], [0.10, 0.12]) is True
+    assert ct.timings_differ([0.10, 0.21], [0.20, 0.25]) is False  # overlapping: noise
     with pytest.raises(ValueError, match="at least one time on each side"):
-        trnlab.timings_differ([], [0.1])
+        ct.timings_differ([], [0.1])
 
 
 def test_plots_draw_what_they_are_given():
@@ -348,28 +344,22 @@ def test_plots_draw_what_they_are_given():
     assert list(graphs_ax.lines[1].get_ydata()) == [1, 3, 4]  # the distinct-shapes line
     fig = plots.plot_padding_waste(trnlab.padding_by_bucket_count([4, 8, 30, 31], 3))
     assert list(fig.axes[0].lines[0].get_xdata()) == [1, 2, 3]
-    fig = plots.plot_generation_comparison([
-        {"label": "eager", "first_call_seconds": 1.0, "steady_seconds": 0.5, "steady_tokens_per_second": 8.0},
-        {"label": "compiled", "first_call_seconds": 9.0, "steady_seconds": 0.25, "steady_tokens_per_second": 16.0}])
-    time_ax, speed_ax = fig.axes
-    assert [bar.get_height() for bar in speed_ax.patches] == [8.0, 16.0]
-    assert [t.get_text() for t in speed_ax.get_xticklabels()] == ["eager", "compiled"]
 
 
 # ----------------------------------------------------------------------------- one prompt form
 
 
-def test_prompts_take_one_form_everywhere(tokenizer):
+def test_prompts_take_two_forms_text_or_token_id_lists(tokenizer):
     one = tokenizer(trnlab.EXAMPLE_PROMPT)["input_ids"]
-    assert trnlab.prompt_token_ids(trnlab.EXAMPLE_PROMPT, tokenizer) == [one]  # a string is one prompt
-    assert trnlab.prompt_token_ids([trnlab.EXAMPLE_PROMPT, "Bread"], tokenizer)[0] == one
-    assert trnlab.prompt_token_ids(one) == [one]                               # one id list
-    assert trnlab.prompt_token_ids([one, one[:2]]) == [one, one[:2]]           # id lists
-    assert trnlab.prompt_token_ids(torch.tensor([one])) == [one]               # a (1, n) tensor
-    assert trnlab.prompt_token_ids([torch.tensor([one])]) == [one]             # corpus-style tensors
+    assert gen._prompt_token_ids(trnlab.EXAMPLE_PROMPT, tokenizer) == [one]  # a string is one prompt
+    assert gen._prompt_token_ids([trnlab.EXAMPLE_PROMPT, "Bread"], tokenizer)[0] == one
+    assert gen._prompt_token_ids([one, one[:2]]) == [one, one[:2]]           # id lists
     import numpy as np
 
-    assert trnlab.prompt_token_ids([np.int64(5), np.int64(7)]) == [[5, 7]]  # numpy ids
+    assert gen._prompt_token_ids([[np.int64(5), np.int64(7)]]) == [[5, 7]]  # numpy ids
+    for other in (one, torch.tensor([one]), [torch.tensor(one)]):  # a bare id list, tensors: not a form
+        with pytest.raises(TypeError, match=r"token ids \(a list of id lists"):
+            gen._prompt_token_ids(other)
 
 
 @pytest.mark.parametrize("prompts, error, message", [
@@ -383,12 +373,12 @@ def test_prompts_take_one_form_everywhere(tokenizer):
 ])
 def test_bad_prompts_get_errors_that_name_the_accepted_forms(tokenizer, prompts, error, message):
     with pytest.raises(error, match=message):
-        trnlab.prompt_token_ids(prompts, tokenizer)
+        gen._prompt_token_ids(prompts, tokenizer)
 
 
 def test_text_prompts_without_a_tokenizer_say_what_to_pass():
     with pytest.raises(ValueError, match="text prompts need a tokenizer: pass tokenizer=trnlab.load_tokenizer"):
-        trnlab.prompt_token_ids("The French Bread Law states")
+        gen._prompt_token_ids("The French Bread Law states")
 
 
 def test_a_bare_string_is_one_prompt_not_one_per_character(model, tokenizer):
@@ -415,13 +405,13 @@ def test_lengths_may_be_numpy_integers_and_strings_are_refused():
     lengths = np.array([4, 9, 9, 30])
     assert trnlab.choose_buckets(lengths, 2) == (9, 30)
     assert trnlab.choose_buckets(list(lengths), np.int64(2)) == (9, 30)
-    assert trnlab.bucket_pad_tokens(lengths, np.array([9, 30])) == 5
+    assert gen.bucket_pad_tokens(lengths, np.array([9, 30])) == 5
     with pytest.raises(TypeError, match="sequence of token counts, not a string"):
         trnlab.choose_buckets("4 9 30", 2)
 
 
 def test_empty_buckets_are_refused_the_same_way_everywhere():
-    for call in (lambda: trnlab.bucket_for(5, []), lambda: trnlab.bucket_pad_tokens([5], []),
+    for call in (lambda: gen._bucket_for(5, []), lambda: gen.bucket_pad_tokens([5], []),
                  lambda: trnlab.ShapeBuckets([], 4)):
         with pytest.raises(ValueError, match=r"buckets is empty: pass at least one bucket length \(padded prompt "
                                              r"lengths in tokens\), e.g. \(32, 64, 128\), or let "

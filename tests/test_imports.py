@@ -15,12 +15,13 @@ PACKAGE = Path(trnlab.__file__).parent
 MODULES = {".".join(("trnlab", *p.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__"): p
            for p in sorted(PACKAGE.rglob("*.py"))}
 #: Modules that look names up by a string: the lazy top level and the command table.
-NAME_LOOKUPS = {"trnlab", "trnlab.__main__"}
+# The lazy top level, the command line, and the torch entry point that loads the stand-in only when asked.
+NAME_LOOKUPS = {"trnlab", "trnlab.__main__", "trnlab._standin_entry"}
 
 
 def _module_of(name: str, modules=None) -> str:
     """The trnlab module a dotted import name lands in (``trnlab.bench.workload.run`` -> ``trnlab.bench.workload``;
-    ``trnlab.plan_mesh``, a lazy top-level name, -> ``trnlab.planning``)."""
+    ``trnlab.packed_dataset``, a lazy top-level name, -> ``trnlab.training``)."""
     modules = MODULES if modules is None else modules
     head, _, last = name.rpartition(".")
     lazy = trnlab._MODULE_OF.get(last)
@@ -153,5 +154,5 @@ def test_the_checks_can_fail(tmp_path):
     assert find_cycle(import_edges(modules)) == []          # a -> b -> c, c's import of a is not at the top
     assert find_cycle({**import_edges(modules), "trnlab.c": {"trnlab.a"}}) == [
         "trnlab.a", "trnlab.b", "trnlab.c", "trnlab.a"]     # c importing a at its top would close it
-    assert _module_of("trnlab.plan_mesh") == "trnlab.planning"
+    assert _module_of("trnlab.packed_dataset") == "trnlab.training"
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import trnlab
-from trnlab.assets import BUNDLED_MODEL_DIR, EXAMPLE_PROMPT, generate_documents
+from trnlab.assets.corpus import EXAMPLE_PROMPT, generate_documents
+from trnlab.models import BUNDLED_MODEL_DIR
+from trnlab.settings import _read_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from build_model import QUICK, build  # noqa: E402
@@ -52,9 +54,9 @@ def test_trnlab_model_env_selects_the_model(monkeypatch, tmp_path):
 
 def test_unreachable_hub_model_fails_fast_with_the_fix(monkeypatch):
     monkeypatch.setenv("TRNLAB_MODEL", "Qwen/Qwen3-0.6B")
-    monkeypatch.setattr("trnlab.models.hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr("trnlab.models._hub_reachable", lambda timeout=3.0: False)
     start = time.perf_counter()
-    with pytest.raises(trnlab.ModelNotAvailableError) as info:
+    with pytest.raises(trnlab.NotAvailableError) as info:
         trnlab.load_tokenizer()
     assert time.perf_counter() - start < 10
     message = str(info.value)
@@ -74,7 +76,7 @@ def test_quick_build_makes_a_loadable_model(tmp_path):
 def test_a_folder_that_does_not_exist_is_never_called_the_hub(tmp_path):
     missing = str(tmp_path / "no-such-model")
     for load in (trnlab.load_model, trnlab.load_tokenizer, trnlab.load_config):
-        with pytest.raises(trnlab.ModelNotAvailableError, match="There is no folder at .*no-such-model") as info:
+        with pytest.raises(trnlab.NotAvailableError, match="There is no folder at .*no-such-model") as info:
             load(missing)
         assert "unreachable" not in str(info.value) and "hf download" not in str(info.value)
 
@@ -88,22 +90,23 @@ def config_only_folder(tmp_path):
 
 
 def test_an_incomplete_folder_names_the_missing_files(config_only_folder):
-    with pytest.raises(trnlab.ModelNotAvailableError, match=r"not a complete model: it lacks weights "
-                                                            r"\(model.safetensors or pytorch_model.bin\)"):
+    with pytest.raises(trnlab.NotAvailableError, match=r"not a complete model: it lacks weights "
+                                                       r"\(model.safetensors or pytorch_model.bin\)"):
         trnlab.load_model(config_only_folder, device="cpu")
     # the tokenizer used to come back as a one-token tokenizer that encodes every text as []
-    with pytest.raises(trnlab.ModelNotAvailableError, match=r"not a complete tokenizer: it lacks tokenizer.json"):
+    with pytest.raises(trnlab.NotAvailableError, match=r"not a complete tokenizer: it lacks tokenizer.json"):
         trnlab.load_tokenizer(config_only_folder)
     assert trnlab.load_config(config_only_folder).model_type == "qwen3"  # the config alone is enough there
-    with pytest.raises(trnlab.ModelNotAvailableError, match="is a file, not a model folder"):
-        trnlab.load_config(config_only_folder / "config.json")
+    assert trnlab.load_config(config_only_folder / "config.json").name_or_path == str(config_only_folder / "config.json")
+    with pytest.raises(trnlab.NotAvailableError, match="is a file, not a model folder"):
+        trnlab.load_model(config_only_folder / "config.json", device="cpu")
 
 
 def test_settings_are_read_in_one_place(monkeypatch):
     monkeypatch.setenv("TRNLAB_DEVICE", "CPU")
     monkeypatch.setenv("TRNLAB_DTYPE", "bfloat16")
     monkeypatch.setenv("TRNLAB_CPU_THREADS", "2")
-    current = trnlab.read_settings()
+    current = _read_settings()
     assert (current.device, current.dtype, current.cpu_threads) == ("cpu", "bfloat16", 2)
     assert trnlab.pick_device(verbose=False) == torch.device("cpu")   # TRNLAB_DEVICE, like load_model
     assert trnlab.resolve_dtype() == torch.bfloat16                   # TRNLAB_DTYPE
@@ -111,11 +114,11 @@ def test_settings_are_read_in_one_place(monkeypatch):
     monkeypatch.setenv("TRNLAB_DTYPE", "fp8")
     with pytest.raises(trnlab.SettingError, match="TRNLAB_DTYPE='fp8' is not a dtype the course uses: "
                                                    "choose one of auto, float32, bfloat16"):
-        trnlab.read_settings()
+        _read_settings()
     monkeypatch.setenv("TRNLAB_DTYPE", "auto")
     monkeypatch.setenv("TRNLAB_CPU_THREADS", "two")
     with pytest.raises(trnlab.SettingError, match="TRNLAB_CPU_THREADS='two': give a whole number"):
-        trnlab.read_settings()
+        _read_settings()
 
 
 def test_load_model_keeps_the_device_index(fake_neuron, monkeypatch):
@@ -135,7 +138,7 @@ def test_load_model_keeps_the_device_index(fake_neuron, monkeypatch):
     seen.clear()
     trnlab.load_model(distributed_config="tp2", dtype="bfloat16")
     assert "device_map" not in seen and seen["distributed_config"] == "tp2"  # a sharded load places itself
-    with pytest.raises(trnlab.DeviceNotAvailableError, match="sees 4 neuron device"):
+    with pytest.raises(trnlab.NotAvailableError, match="sees 4 neuron device"):
         trnlab.load_model(device="neuron:4")
 
 
@@ -148,13 +151,13 @@ def test_a_cached_hub_model_loads_from_its_cached_folder_offline(monkeypatch, tm
         (snapshot / file).write_bytes((BUNDLED_MODEL_DIR / file).read_bytes())
     monkeypatch.setattr("huggingface_hub.try_to_load_from_cache",
                         lambda name, file: str(snapshot / file) if name == "Org/Tiny" else None)
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was asked"))
+    monkeypatch.setattr(models, "_hub_reachable", lambda timeout=3.0: pytest.fail("the network was asked"))
     assert models.model_source("Org/Tiny") == str(snapshot)
     model = trnlab.load_model("Org/Tiny", device="cpu", dtype="float32")
     assert type(model).__name__ == "Qwen3ForCausalLM" and len(trnlab.load_tokenizer("Org/Tiny")) == 761
     (snapshot / "model.safetensors").unlink()  # weights not cached: the hub is needed, and unreachable
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout=3.0: False)
-    with pytest.raises(trnlab.ModelNotAvailableError, match="hf download Org/Tiny"):
+    monkeypatch.setattr(models, "_hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(trnlab.NotAvailableError, match="hf download Org/Tiny"):
         trnlab.load_model("Org/Tiny", device="cpu")
     assert trnlab.load_config("Org/Tiny").model_type == "qwen3"  # the config alone is still cached
 

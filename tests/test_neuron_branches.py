@@ -35,28 +35,30 @@ FIX = "add it to BRANCHES in tests/test_neuron_branches.py with the test that ta
 
 HERE = "tests/test_neuron_branches.py::"  # the fake tests below: branches no other unit test takes
 BRANCHES = {
-    "trnlab/bench/generate.py:run_benchmark": HERE + "test_bench_generate_keeps_the_neuron_backend_on_neuron",
-    "trnlab/bench/train.py:main": HERE + "test_bench_train_quick_leaves_the_backend_to_transformers_on_neuron",
-    "trnlab/compile_tracking.py:compile_backend": STANDIN,
-    "trnlab/compile_tracking.py:compile_backend#2": STANDIN,
-    "trnlab/compile_tracking.py:generation_compile_config": STANDIN,
+    "trnlab/bench.py:_run_generate": HERE + "test_bench_generate_keeps_the_neuron_backend_on_neuron",
+    "trnlab/bench.py:main_train": HERE + "test_bench_train_quick_leaves_the_backend_to_transformers_on_neuron",
+    "trnlab/generation.py:compile_backend": STANDIN,
+    "trnlab/generation.py:compile_backend#2": STANDIN,
+    "trnlab/generation.py:generation_compile_config": STANDIN,
     "trnlab/device.py:neuron_module": STANDIN,
     "trnlab/device.py:backend_available": HERE + "test_without_torch_accelerator_torch_neuron_answers",
     "trnlab/device.py:device_count": HERE + "test_without_torch_accelerator_torch_neuron_answers",
     "trnlab/device.py:bf16_supported": STANDIN,
-    "trnlab/device.py:device_report": STANDIN,
     "trnlab/device.py:pick_device": STANDIN,
     "trnlab/device.py:resolve_device_map": STANDIN,
     "trnlab/device.py:resolve_device_map#2": "tests/test_device.py::test_device_map_elsewhere",
     "trnlab/device.py:core_holders_notice": STANDIN,
     "trnlab/doctor.py:_Machine.gather": STANDIN,
+    "trnlab/doctor.py:device_report": STANDIN,
     "trnlab/launcher.py:_cpu_plan": STANDIN,
     "trnlab/launcher.py:plan_processes": STANDIN,
     "trnlab/launcher.py:plan_processes#2":
         "tests/test_launch.py::test_neuron_plan_is_one_process_per_visible_neuroncore",
+    "trnlab/launcher.py:_launch_command":
+        "tests/test_launch.py::test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subset",
     "trnlab/launcher.py:launch": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/training.py:precision_choice": STANDIN,
-    "trnlab/training.py:_backend_to_pass": STANDIN,
+    "trnlab/training.py:_page_arguments": STANDIN,
     'notebooks/01_installation_check.ipynb: if report.backend == "neuron":': STANDIN,
     'notebooks/02_inference.ipynb: if device.type == "neuron":': STANDIN,
     'notebooks/03_compiled_generation.ipynb: if device.type == "neuron":': STANDIN,
@@ -347,7 +349,7 @@ def _notebook_condition(line: str) -> ast.expr:
 
 
 #: The values a notebook's neuron branch may test, and the trnlab call that sets each (neuron on the stand-in).
-MADE_BY = {"device.type": r"^device = trnlab\.setup\(", "report.backend": r"^report = trnlab\.show_report\("}
+MADE_BY = {"device.type": r"^device = trnlab\.setup\(", "report.backend": r"^report = show_report\("}
 
 
 def test_the_notebooks_branches_run_in_make_tests_stand_in_pass():
@@ -367,7 +369,7 @@ def test_the_notebooks_branches_run_in_make_tests_stand_in_pass():
         name = ast.unparse(test.left) if isinstance(test, ast.Compare) else ""
         assert name in MADE_BY and isinstance(test.ops[0], ast.Eq), (
             f'{key}: the stand-in pass takes a notebook branch on `device.type == "neuron"` (device = trnlab.setup()) '
-            'or `report.backend == "neuron"` (report = trnlab.show_report()): test one of those')
+            'or `report.backend == "neuron"` (report = show_report(), from trnlab.doctor): test one of those')
         cells = json.loads((ROOT / branch.file).read_text())["cells"]
         code = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
         assert re.search(MADE_BY[name], code, re.M), (
@@ -394,7 +396,7 @@ def _stop(*args, **kwargs):
 def test_without_torch_accelerator_torch_neuron_answers(fake_neuron, monkeypatch):
     from trnlab import device as dev
 
-    monkeypatch.setattr(dev, "current_accelerator", lambda: None)  # a torch or TorchNeuron without torch.accelerator
+    monkeypatch.setattr(dev, "_current_accelerator", lambda: None)  # a torch or TorchNeuron without torch.accelerator
     assert dev.backend_available("neuron") and dev.device_count("neuron") == 4 and dev.detect_backend() == "neuron"
     fake_neuron.cores = 2
     assert dev.device_count("neuron") == 2
@@ -403,41 +405,40 @@ def test_without_torch_accelerator_torch_neuron_answers(fake_neuron, monkeypatch
 
 
 def test_launch_on_neuron_names_the_processes_holding_neuroncores(fake_neuron, monkeypatch, capsys):
-    from trnlab import launcher, runner
+    from trnlab import launcher
 
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
-    monkeypatch.setattr(runner, "neuron_ls_output", lambda: NEURON_LS)
-    monkeypatch.setattr(launcher, "run_commands", lambda commands, *rest: commands)  # nothing starts
+    monkeypatch.setattr(launcher, "neuron_ls_output", lambda: NEURON_LS)
+    monkeypatch.setattr(launcher, "_run_commands", lambda commands, *rest: commands)  # nothing starts
     assert launcher.launch("train.py", timeout=60) == [[sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                         "--nproc-per-node=4", "--tee=3", "train.py"]]
     said = capsys.readouterr().out
-    assert "[trnlab] neuron-ls lists processes that hold Neuron devices: PID 4343 (python train.py)." in said
+    assert "[trnlab] NeuronCores: held by PID 4343 (python train.py) (neuron-ls)" in said  # trnlab.device's notice
     launcher.launch("train.py", nproc_per_node=1, device="cpu", timeout=60)
-    assert "neuron-ls lists" not in capsys.readouterr().out  # CPU ranks hold no NeuronCore
+    assert "NeuronCores: held by" not in capsys.readouterr().out  # CPU ranks hold no NeuronCore
 
 
 def test_bench_generate_keeps_the_neuron_backend_on_neuron(fake_neuron, monkeypatch):
-    from trnlab.bench import generate as bench_generate
+    from trnlab import bench
 
-    asked, real = [], bench_generate.compile_backend
-    monkeypatch.setattr(bench_generate, "compile_backend", lambda device, requested: asked.append(requested) or
+    asked, real = [], bench.compile_backend
+    monkeypatch.setattr(bench, "compile_backend", lambda device, requested: asked.append(requested) or
                         real(device, requested))
-    monkeypatch.setattr(bench_generate, "build_workload", _stop)
-    settings = bench_generate._settings(bench_generate.build_parser().parse_args([]))  # the full run, no --backend
+    monkeypatch.setattr(bench, "sample_prompt_lengths", _stop)
     for device in ("neuron", "cpu"):
-        with pytest.raises(_Stop):
-            bench_generate.run_benchmark(settings, model=object(), tokenizer=object(), device=device)
-    assert asked == [None, bench_generate.MEASURED_BACKEND]  # Neuron compiles with its own backend
+        with pytest.raises(_Stop):  # the full run, no --backend
+            bench._run_generate(bench._generate_args(["--device", device]), model=object(), tokenizer=object())
+    assert asked == [None, bench._MEASURED_BACKEND]  # Neuron compiles with its own backend
 
 
 def test_bench_train_quick_leaves_the_backend_to_transformers_on_neuron(fake_neuron, monkeypatch):
-    from trnlab.bench import train as bench_train
+    from trnlab import bench
 
-    monkeypatch.setattr(bench_train, "run_strategies", _stop)
+    monkeypatch.setattr(bench, "_run_strategies", _stop)
     chosen = {}
     for device in ("neuron", "cpu"):
         with pytest.raises(_Stop) as stopped:
-            bench_train.main(["--quick", "--device", device])
+            bench.main_train(["--quick", "--device", device])
         _, run_on, backend, *_ = stopped.value.args[0]
         chosen[str(run_on)] = backend
     assert chosen == {"neuron": None, "cpu": "eager"}  # quick runs eager graphs off Neuron only

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import trnlab
-from trnlab.assets import BUNDLED_MODEL_DIR, EXAMPLE_PROMPT
+from trnlab.assets.corpus import EXAMPLE_PROMPT
+from trnlab.models import BUNDLED_MODEL_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from build_model import OTHER, main  # noqa: E402

@@ -14,12 +14,11 @@ import pytest
 import torch
 
 import trnlab
-from trnlab import instances, memory_model, models, plots, sharding, tables
-from trnlab.cli.plan import main as plan_main
-from trnlab.instances import GiB, PlanError
-from trnlab.launcher import LaunchConfigError, validate_parallel_sizes
-from trnlab.memory_model import plan_memory
-from trnlab.planning import plan_mesh
+from trnlab import models, planning
+from trnlab.__main__ import _plan as plan_main
+from trnlab.launcher import GiB, INSTANCES, get_instance, validate_parallel_sizes
+from trnlab.planning import plan_memory, plan_mesh
+from trnlab.settings import PlanError
 
 BATCH, SEQ = 2, 32  # micro-batch per FSDP rank in the measured run
 
@@ -35,8 +34,8 @@ MODEL_CARDS = {"Qwen/Qwen3-0.6B": (0.6, 0.44), "Qwen/Qwen3-1.7B": (1.7, 1.4), "Q
 def test_shipped_config_counts_equal_the_meta_model_and_the_model_card(name):
     from transformers import AutoModelForCausalLM
 
-    config, label = sharding.config_and_label(name)
-    assert label == name and config.model_type == "qwen3" and config.vocab_size == 151936
+    config = models.load_config(name, required=True)
+    assert config.name_or_path == name and config.model_type == "qwen3" and config.vocab_size == 151936
     assert config.max_position_embeddings == 40960 and config.head_dim == 128
     assert config.tie_word_embeddings == (name in ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"))
     with torch.device("meta"):
@@ -52,7 +51,7 @@ def test_shipped_config_counts_equal_the_meta_model_and_the_model_card(name):
 
 
 def test_shards_follow_the_tp_plan_then_fsdp_on_dim_0():
-    shards = {s.name: s for s in sharding.parameter_shards("Qwen/Qwen3-8B", tp_size=4, fsdp_size=16)}
+    shards = {s.name: s for s in plan_memory("Qwen/Qwen3-8B", 4, 16).shards}
     layer = "model.layers.7."
     assert shards[layer + "self_attn.q_proj.weight"].local_shape == (4096 // 4 // 16, 4096)   # colwise
     assert shards[layer + "self_attn.k_proj.weight"].local_shape == (1024 // 4 // 16, 4096)
@@ -64,7 +63,7 @@ def test_shards_follow_the_tp_plan_then_fsdp_on_dim_0():
     assert len(norms) == 36 * 4 + 1 and all(s.tp_shape == s.shape for s in norms)             # replicated
     assert shards[layer + "self_attn.q_norm.weight"].local_shape == (128 // 16,)
     # Uneven sizes: ceil at each step, the FSDP2 padding counted (761 vocab rows, 2 x 2 mesh).
-    tiny = {s.name: s for s in sharding.parameter_shards(None, tp_size=2, fsdp_size=2)}
+    tiny = {s.name: s for s in plan_memory(None, 2, 2).shards}
     assert tiny["model.embed_tokens.weight"].tp_shape == (381, 192)
     assert tiny["model.embed_tokens.weight"].local_shape == (191, 192)
     assert "lm_head.weight" not in tiny  # tied: counted once
@@ -90,22 +89,22 @@ def test_memory_components_scale_as_documented():
     assert twice.components["activations"] == pytest.approx(2 * train.components["activations"], rel=1e-6)
     assert twice.training_state == train.training_state   # the batch changes activations only
     assert "FSDP is data parallelism" in " ".join(train.notes)
-    assert json.loads(json.dumps(train.to_dict()))["total_bytes"] == train.total
-    assert "total per rank" in train.table() and "Qwen/Qwen3-8B on tp=4 x fsdp=16" in train.describe()
+    assert json.loads(json.dumps(train.summary(shards=True)))["total_bytes"] == train.total
+    assert "total per rank" in str(train) and "Qwen/Qwen3-8B on tp=4 x fsdp=16" in planning.format_plan(train)
 
 
 # ------------------------------------------------------------------ instances and meshes
 
 
 def test_instances_come_from_the_neuron_docs():
-    trn2 = instances.get_instance("trn2.48xlarge")
+    trn2 = get_instance("trn2.48xlarge")
     assert (trn2.logical_cores, trn2.hbm_per_core, trn2.hbm_total) == (64, 24 * GiB, 1536 * GiB)
-    small = instances.get_instance("trn2.3xlarge")
+    small = get_instance("trn2.3xlarge")
     assert (small.logical_cores, small.hbm_per_core) == (4, 24 * GiB)
-    assert instances.get_instance("trn2u.48xlarge").logical_cores == 64
-    gen1 = instances.get_instance("trn3-gen1-ultraserver")
+    assert get_instance("trn2u.48xlarge").logical_cores == 64
+    gen1 = get_instance("trn3-gen1-ultraserver")
     assert (gen1.logical_cores, gen1.cores_per_host, gen1.hbm_per_core) == (256, 64, 36 * GiB)
-    assert all(inst.source.startswith("https://awsdocs-neuron") for inst in instances.INSTANCES.values())
+    assert all(inst.source.startswith("https://awsdocs-neuron") for inst in INSTANCES.values())
 
 
 def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
@@ -124,7 +123,7 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     # tp=2 fits too (the table shows it); the reason says why the ladder passes over it.
     tp2 = next(c for c in train.candidates if c.tp_size == 2)
     assert tp2.fits and tp2.plan.total < train.budget
-    assert (f"tp=2 x fsdp=32 ({tp2.plan.total / instances.GiB:.2f} GiB) would fit too, but the planner passes "
+    assert (f"tp=2 x fsdp=32 ({tp2.plan.total / GiB:.2f} GiB) would fit too, but the planner passes "
             "over TP smaller than a chip") in train.reason
     assert "'every 2nd layer' is the planner's assumption" in train.reason
     assert not any(c.fits for c in train.candidates if c.tp_size == 1)
@@ -144,7 +143,7 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     assert "here it is not recommended because at this workload tp=4 x fsdp=16 with no checkpointing" in short.reason
     small = plan_mesh("Qwen/Qwen3-4B", "trn2.3xlarge", "train", batch=1, seq=2048, gradient_checkpointing=True)
     assert small.recommended.tp_size * small.recommended.fsdp_size == 4
-    text = tables.format_plan(train)
+    text = planning.format_plan(train)
     assert "<- recommended" in text and "note: activations (estimate)" in text and "selective checkpointing" in text
 
 
@@ -156,7 +155,7 @@ def test_serving_recommends_replicas_without_fsdp():
     assert (best.tp_size, best.fsdp_size, best.replicas) == (2, 1, 32)
     assert eight.reason.startswith("Recommended for serving: 32 independent replicas of DistributedConfig(tp_size=2)")
     assert "Tried first: 64 replicas of tp=1 needs 22.5 GiB" in eight.reason and "fsdp=64" not in eight.reason
-    assert "(32 replicas)  <- recommended" in eight.table()
+    assert "(32 replicas)  <- recommended" in str(eight)
 
 
 def test_selective_checkpointing_keeps_every_other_layer_and_costs_computed_recompute():
@@ -170,12 +169,12 @@ def test_selective_checkpointing_keeps_every_other_layer_and_costs_computed_reco
     every3 = plan_memory("Qwen/Qwen3-8B", 4, 16, gradient_checkpointing="selective", checkpoint_every=3, **kwargs)
     assert every3.activation_detail["layers"] == pytest.approx(24 * per_layer + 12 * layer_input + per_layer, abs=1)
     assert selective.checkpointing_label == "selective activation checkpointing (every 2nd layer)"
-    assert memory_model.checkpointed_layers(36, "selective") == 18 and memory_model.checkpointed_layers(36, False) == 0
+    assert planning._checkpointed_layers(36, "selective") == 18 and planning._checkpointed_layers(36, False) == 0
     # A step is about 3 forwards; full checkpointing adds the layers' forward (a bit under a third).
-    full_cost = memory_model.recompute_fraction("Qwen/Qwen3-8B", 4096, "full")
+    full_cost = planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "full")
     assert 0.28 < full_cost < 1 / 3
-    assert memory_model.recompute_fraction("Qwen/Qwen3-8B", 4096, "selective") == pytest.approx(full_cost / 2)
-    assert memory_model.recompute_fraction("Qwen/Qwen3-8B", 4096, "none") == 0
+    assert planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "selective") == pytest.approx(full_cost / 2)
+    assert planning.recompute_fraction("Qwen/Qwen3-8B", 4096, "none") == 0
     with pytest.raises(PlanError, match="gradient_checkpointing='some'"):
         plan_memory("Qwen/Qwen3-8B", workload="train", gradient_checkpointing="some")
 
@@ -187,7 +186,7 @@ def test_plot_memory_plan_draws_one_stacked_bar_per_mesh():
     import matplotlib.pyplot as plt
 
     mesh_plan = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096)
-    fig = plots.plot_memory_plan(mesh_plan)
+    fig = planning.plot_memory_plan(mesh_plan)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == list(mesh_plan.plans)
     heights = {}
@@ -202,7 +201,7 @@ def test_plot_memory_plan_draws_one_stacked_bar_per_mesh():
 
 def test_unknown_and_trn1_instances_are_refused_with_the_reason():
     with pytest.raises(PlanError, match="unknown instance 'trn9.huge': use one of trn2.3xlarge, trn2.48xlarge"):
-        instances.get_instance("trn9.huge")
+        get_instance("trn9.huge")
     with pytest.raises(PlanError, match="XLA-based torch-neuronx") as info:
         plan_mesh("Qwen/Qwen3-8B", "trn1.32xlarge")
     assert "trn2 and trn3 only" in str(info.value)
@@ -211,11 +210,11 @@ def test_unknown_and_trn1_instances_are_refused_with_the_reason():
 
 def test_a_mesh_that_does_not_divide_gives_the_launch_message():
     def launch_message(*args, **kwargs):
-        with pytest.raises(LaunchConfigError) as info:
+        with pytest.raises(PlanError) as info:
             validate_parallel_sizes(*args, **kwargs)
         return str(info.value)
 
-    config, _ = sharding.config_and_label("Qwen/Qwen3-8B")
+    config = models.load_config("Qwen/Qwen3-8B")
     with pytest.raises(PlanError) as info:
         plan_mesh(config, "trn2.48xlarge", tp_size=16, fsdp_size=4)
     assert str(info.value) == launch_message(64, 16, 4, model_config=config)
@@ -263,7 +262,7 @@ def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
     (tmp_path / "config.json").write_text(models.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
     (tmp_path / "model.safetensors").write_bytes(bytes(range(256)) * 4)
     with pytest.raises(PlanError) as info:
-        sharding.config_and_label(tmp_path / "model.safetensors")
+        plan_memory(tmp_path / "model.safetensors")
     assert str(info.value) == (f"{tmp_path / 'model.safetensors'} is not a model config (a .safetensors file holds "
                                f"weights or tokenizer data, not the model's sizes): the folder {tmp_path} holds a "
                                f"config.json: pass --model {tmp_path}.")
@@ -271,10 +270,10 @@ def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
     assert "pass --model" in capsys.readouterr().err
     (tmp_path / "weights.dat").write_bytes(bytes(range(256)))
     with pytest.raises(PlanError, match="weights.dat is not a model config \\(a binary file, not JSON\\)"):
-        sharding.config_and_label(tmp_path / "weights.dat")
+        plan_memory(tmp_path / "weights.dat")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(PlanError, match="JSON of a list, not a config object"):
-        sharding.config_and_label(tmp_path / "list.json")
+        plan_memory(tmp_path / "list.json")
 
 
 def test_a_config_without_the_needed_fields_names_them(tmp_path):
@@ -285,7 +284,7 @@ def test_a_config_without_the_needed_fields_names_them(tmp_path):
                                                       "num_hidden_layers": 2, "num_attention_heads": 4,
                                                       "num_key_value_heads": 2, "vocab_size": 100}))
     with pytest.raises(PlanError, match=r"config.json lacks model_type"):
-        sharding.config_and_label(tmp_path)
+        plan_memory(tmp_path)
     with pytest.raises(PlanError, match="workload='serve'"):
         plan_memory("Qwen/Qwen3-0.6B", workload="serve")
     with pytest.raises(PlanError, match="master_weights='fp8'"):
@@ -348,7 +347,7 @@ def test_a_seq_past_the_models_positions_is_refused_and_none_is_suggested():
     seq = int(str(info.value).split("What would fit: --seq ")[1].split()[0])
     assert seq < 40960 and plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=seq).recommended.fits
     # The default seq is 2048, or the model's positions if fewer.
-    config, _ = sharding.config_and_label("Qwen/Qwen3-0.6B")
+    config = models.load_config("Qwen/Qwen3-0.6B")
     config.max_position_embeddings = 1024
     assert plan_mesh(config, "trn2.3xlarge").settings["seq"] == 1024
     assert plan_mesh("Qwen/Qwen3-0.6B", "trn2.3xlarge").settings["seq"] == 2048

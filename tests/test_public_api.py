@@ -66,10 +66,10 @@ def test_torchrun_command_for_this_machine_from_one_node_up():
     assert [next(a for a in c if a.startswith("--node-rank=")) for c in two] == ["--node-rank=0", "--node-rank=1"]
     try:
         trnlab.multinode_commands("train.py", nnodes=2, nproc_per_node=4)
-    except trnlab.LaunchConfigError as error:
+    except trnlab.SettingError as error:
         assert "needs rdzv_endpoint='HOST:PORT'" in str(error)
     else:
-        raise AssertionError("expected LaunchConfigError")
+        raise AssertionError("expected SettingError")
 
 
 def test_validate_parallel_sizes_checks_the_course_model_by_default():
@@ -77,7 +77,7 @@ def test_validate_parallel_sizes_checks_the_course_model_by_default():
     too_wide = config.num_attention_heads * 2
     try:
         trnlab.validate_parallel_sizes(too_wide, tp_size=too_wide)
-    except trnlab.LaunchConfigError as error:
+    except trnlab.PlanError as error:
         assert f"tp_size={too_wide} does not divide the model's attention heads" in str(error)
     else:
         raise AssertionError("tp larger than the head count must be refused without a model_config")

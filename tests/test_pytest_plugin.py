@@ -21,8 +21,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from trnlab.pytest_plugin import (BUNDLED_MODEL_DIR, cell_options, notebook_problems, other_model,
-                                  parse_notebook_env, run_label, sanitize)
+import trnlab
+from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR as BUNDLED_MODEL_DIR, _cell_options as cell_options,
+                                  _other_model as other_model, _parse_notebook_env as parse_notebook_env,
+                                  _run_label as run_label, notebook_problems, sanitize)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -203,8 +205,10 @@ def nbval_folder(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["--nbval", "--nbval-lax"])
 def test_a_notebook_nbval_accepts_passes_with_the_plugin_and_a_real_break_still_fails(nbval_folder, mode):
-    plain = _pytest(nbval_folder / "conventions.ipynb", "-rA", mode=mode, plugin=False)
-    assert plain.returncode == 0 and "6 passed, 2 skipped" in plain.stdout, plain.stdout
+    # Plain nbval accepts both: broken.ipynb breaks only the course's own rules (conventions: 6 passed, 2 skipped).
+    plain = _pytest(nbval_folder, "-rA", mode=mode, plugin=False)
+    assert plain.returncode == 0 and "9 passed, 2 skipped" in plain.stdout, plain.stdout
+    assert plain.stdout.count("PASSED conventions.ipynb::Cell") == 6, plain.stdout
     done = _pytest(nbval_folder, "-rA", mode=mode)
     out = done.stdout
     assert "PASSED conventions.ipynb::trnlab rules" in out and "FAILED broken.ipynb::trnlab rules" in out, out
@@ -214,14 +218,13 @@ def test_a_notebook_nbval_accepts_passes_with_the_plugin_and_a_real_break_still_
     assert "FAILED conventions.ipynb::Cell" not in out and "FAILED broken.ipynb::Cell" not in out, out
 
 
-
 @pytest.mark.parametrize("mode", ["--nbval", "--nbval-lax"])
 def test_without_trnlab_rules_the_plugin_fails_nothing_that_nbval_accepts(nbval_folder, mode):
-    # broken.ipynb breaks only the course's own rules: nbval accepts it, so must the plugin by default.
-    plain = _pytest(nbval_folder, "-rA", mode=mode, plugin=False)
-    assert plain.returncode == 0, plain.stdout
+    # broken.ipynb breaks only the course's own rules: nbval accepts it (the test above), so must the plugin by default:
+    # the rules items are opt-in (--trnlab-rules).
     done = _pytest(nbval_folder, "-rA", mode=mode, rules=False)
     assert done.returncode == 0 and "trnlab rules" not in done.stdout, done.stdout
+    assert "PASSED broken.ipynb::Cell 0" in done.stdout, done.stdout
     assert "FAILED" not in done.stdout and "9 passed, 2 skipped" in done.stdout, done.stdout
 
 # --- --notebook-env --------------------------------------------------------------------------
@@ -364,15 +367,15 @@ def test_sanitize_masks_each_value_in_its_context():
 
 
 def test_run_summarys_own_seconds_are_masked_and_its_graph_count_is_not(monkeypatch):
-    from trnlab import notebook
-    from trnlab.compile_tracking import graphs_compiled
+    from trnlab import device
+    from trnlab.compile_tracking import _graphs_compiled as graphs_compiled
 
     summaries, now = {}, time.perf_counter()
     monkeypatch.setattr(time, "perf_counter", lambda: now)  # the clock run_summary() reads
     for graphs, seconds in [(0, 9.4), (0, 312.2), (3, 9.4)]:
-        monkeypatch.setattr(notebook, "_run", {"start": now - seconds, "device": "cpu",
-                                               "graphs": graphs_compiled() - graphs, "neffs": 0})
-        summaries[graphs, seconds] = notebook.run_summary()
+        monkeypatch.setattr(device, "_run", {"start": now - seconds, "device": "cpu",
+                                             "graphs": graphs_compiled() - graphs, "neffs": 0})
+        summaries[graphs, seconds] = device.run_summary()
     assert summaries[0, 9.4].startswith("this notebook compiled 0 graph(s) in 9 s on cpu\n"), summaries
     assert summaries[0, 312.2].startswith("this notebook compiled 0 graph(s) in 312 s on cpu\n"), summaries
     assert sanitize(summaries[0, 9.4]) == sanitize(summaries[0, 312.2])
@@ -386,10 +389,9 @@ TRAINER_CELLS = [
     """import torch
 import trnlab
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
-from trnlab.assets import BUNDLED_MODEL_DIR
 
 device = trnlab.setup("cpu")
-model = AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR)
+model = AutoModelForCausalLM.from_pretrained(trnlab.model_name())
 rows = [{"input_ids": torch.arange(1 + i, 17 + i), "labels": torch.arange(1 + i, 17 + i)} for i in range(8)]""",
     """args = TrainingArguments(output_dir="out", max_steps=2, per_device_train_batch_size=4, logging_steps=1,
                          use_cpu=True, disable_tqdm=True, save_strategy="no", report_to="none", seed=0)
@@ -434,7 +436,7 @@ def test_strict_nbval_passes_on_a_trainer_notebook_because_of_the_course_pattern
 def test_other_model_reads_the_runs_model_as_the_kernel_would(tmp_path, monkeypatch):
     notebook = SimpleNamespace(path=tmp_path / "nb.ipynb", env={})
     monkeypatch.delenv("TRNLAB_MODEL", raising=False)
-    assert other_model(notebook) is None
+    assert other_model(notebook) is None and Path(trnlab.model_name()) == BUNDLED_MODEL_DIR  # trnlab's own default
     monkeypatch.setenv("TRNLAB_MODEL", "Qwen/Qwen3-0.6B")
     assert other_model(notebook) == "Qwen/Qwen3-0.6B"
     notebook.env = {"TRNLAB_MODEL": str(BUNDLED_MODEL_DIR)}  # the run's own setting wins
@@ -443,7 +445,6 @@ def test_other_model_reads_the_runs_model_as_the_kernel_would(tmp_path, monkeypa
     assert other_model(notebook) is None
     notebook.env = {"TRNLAB_MODEL": ""}
     assert other_model(notebook) is None
-    assert BUNDLED_MODEL_DIR == Path(__import__("trnlab.assets", fromlist=["x"]).BUNDLED_MODEL_DIR)
 
 
 BUNDLE_CELLS = [
@@ -480,9 +481,3 @@ def test_bundled_model_cells_run_unchecked_with_another_model_and_the_report_say
     assert f"{bundled}: " not in out.split("checked cells run unchecked")[1], out
     assert "4 failed, 7 passed" in out, out
 
-
-def test_the_rules_items_are_opt_in(nbval_folder):
-    with_rules = _pytest(nbval_folder, "--co")
-    assert "broken.ipynb::trnlab rules" in with_rules.stdout, with_rules.stdout
-    without = _pytest(nbval_folder, "--co", rules=False)
-    assert "trnlab rules" not in without.stdout and "broken.ipynb::Cell 0" in without.stdout, without.stdout

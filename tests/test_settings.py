@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trnlab.settings import SettingError, read_setting, read_settings, setting_problems
+from trnlab.settings import SettingError, _read_settings as read_settings, read_setting, setting_problems
 
 
 def test_defaults_when_nothing_is_set():
     settings = read_settings({})
-    assert settings.as_dict() == {"model": None, "device": "auto", "dtype": "auto", "cpu_threads": 1}
+    assert settings._asdict() == {"model": None, "device": "auto", "dtype": "auto", "cpu_threads": 1}
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -177,7 +177,7 @@ LIBRARY_SCRIPT = """
     from torch._dynamo.utils import counters
     import trnlab.standin as standin
     from trnlab import compat
-    from trnlab.assets import BUNDLED_MODEL_DIR
+    from trnlab.models import BUNDLED_MODEL_DIR
 
     logging.set_verbosity_error(); logging.disable_progress_bar()
     r["transformers_sees"], r["accelerate_sees"] = is_torch_neuron_available(), is_neuron_available()

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from trnlab import data, plots, training
+from trnlab import compat, plots, training
 from trnlab.models import load_tokenizer
 
 
@@ -36,7 +36,7 @@ def tiny_model(tokenizer, seed: int = 0):
 
 @pytest.fixture
 def packed(tokenizer):
-    return data.packed_dataset(tokenizer, data.training_texts(40, seed=1), 16)
+    return training.packed_dataset(tokenizer, training.training_texts(40, seed=1), 16)
 
 
 def page_arguments(output_dir, max_steps=1, backend="eager", **more):
@@ -57,7 +57,7 @@ def page_trainer(model, args, rows, collator, callbacks=(), static=True):
     recorders = [c for c in callbacks if isinstance(c, training.TrainingRecorder)]
     if recorders:
         collator = recorders[0].watch(collator)
-    with training.static_shape_compiles() if static else contextlib.nullcontext():
+    with training._static_shape_compiles() if static else contextlib.nullcontext():
         trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator, callbacks=list(callbacks))
     trainer.remove_callback(PrinterCallback)
     return trainer
@@ -74,18 +74,16 @@ def test_precision_choice_says_the_dtype_the_weights_were_loaded_in(tokenizer, p
         training.precision_choice("cpu", "bfloat16")
     # The reason is true: with bf16=False the Trainer trains the bf16 weights as they are.
     page_trainer(model, page_arguments(tmp_path, backend=None, torch_compile=False), packed,
-                 data.PaddingCollator(tokenizer.pad_token_id, (16,))).train()
+                 training.PaddingCollator(tokenizer.pad_token_id, (16,))).train()
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
 
 
-def test_page_arguments_are_the_page_s_call_with_the_course_s_choices(tmp_path, capsys):
-    args = training.page_arguments(tmp_path, torch.device("cpu"), max_steps=3, verbose=True)
-    out = capsys.readouterr().out
+def test_page_arguments_are_the_page_s_call_with_the_course_s_choices(tmp_path):
+    args = training._page_arguments(tmp_path, torch.device("cpu"), max_steps=3)
     assert args.device.type == "cpu" and args.use_cpu
-    assert args.bf16 is False and "bf16=False" in out and "trains in the dtype the weights were loaded in" in out
+    assert args.bf16 is False
     # Left unset, the backend is the one Transformers picks: inductor off Trainium.
     assert args.torch_compile is True and args.torch_compile_backend == "inductor"
-    assert "torch_compile_backend: 'inductor'" in out
     assert args.dataloader_drop_last is True
     assert args.include_num_input_tokens_seen == "non_padding"
     assert args.disable_tqdm is False  # progress bars stay on, as Transformers would have them
@@ -114,18 +112,18 @@ def test_training_arguments_on_neuron(neuron_for_transformers, tmp_path):
     assert bf16 is True and reason == "bf16=True: every Trainium generation computes in bfloat16 natively."
     assert training.precision_choice("neuron", torch.float32)[1].endswith(
         "; the float32 weights stay float32 (bf16=True is mixed precision).")
-    built = training.page_arguments(tmp_path, torch.device("neuron", 0), max_steps=3)
+    built = training._page_arguments(tmp_path, torch.device("neuron", 0), max_steps=3)
     assert built.torch_compile_backend == "neuron" and built.bf16 is True
     with pytest.raises(ValueError, match="backend .inductor. cannot compile for a NeuronCore"):
-        training.page_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, compile_backend="inductor")
+        training._page_arguments(tmp_path, torch.device("neuron", 0), max_steps=3, compile_backend="inductor")
 
 
 def test_static_shape_compiles_gives_dynamic_false_off_neuron(tokenizer, packed, tmp_path, monkeypatch):
-    monkeypatch.delenv(training.STATIC_SHAPES_ENV_VAR, raising=False)
-    collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
+    monkeypatch.delenv(compat.ACCELERATE_DYNAMIC_ENV_VAR, raising=False)
+    collator = training.PaddingCollator(tokenizer.pad_token_id, (16,))
     static = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator)
     assert training.compile_settings(static) == {"backend": "aot_eager", "mode": "default", "dynamic": False}
-    assert training.STATIC_SHAPES_ENV_VAR not in os.environ  # restored after the block
+    assert compat.ACCELERATE_DYNAMIC_ENV_VAR not in os.environ  # restored after the block
     # Without it, Transformers leaves dynamic=None off Neuron: dynamo would go symbolic after two shapes.
     # (new TrainingArguments for each Trainer: the accelerator state they set up is shared)
     default = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator,
@@ -141,7 +139,7 @@ def test_static_shape_compiles_gives_dynamic_false_off_neuron(tokenizer, packed,
 
 
 def _rows_of_distinct_lengths(tokenizer, n):
-    rows = data.tokenized_dataset(tokenizer, data.training_texts(200, seed=2), 128)
+    rows = training.tokenized_dataset(tokenizer, training.training_texts(200, seed=2), 128)
     by_length = {len(r["input_ids"]): r for r in rows}
     assert len(by_length) >= n
     return [by_length[k] for k in sorted(by_length)[:n]]
@@ -152,19 +150,19 @@ def test_recorder_sees_a_graph_per_new_shape_then_none(tokenizer, tmp_path):
     rows = _rows_of_distinct_lengths(tokenizer, 3)
     args = page_arguments(tmp_path / "dynamic", max_steps=3, per_device_train_batch_size=1)
     recorder = training.TrainingRecorder()
-    page_trainer(tiny_model(tokenizer), args, rows, data.PaddingCollator(tokenizer.pad_token_id),
+    page_trainer(tiny_model(tokenizer), args, rows, training.PaddingCollator(tokenizer.pad_token_id),
                  callbacks=[recorder]).train()
     assert [s.step for s in recorder.steps] == [1, 2, 3]
     assert len(recorder.shapes) == 3 and all(s.new_graphs == 1 for s in recorder.steps)
     assert recorder.graphs == 3 and recorder.graphs_after_warmup == 2
-    assert recorder.steady_step_seconds is None  # every step compiled
+    assert recorder.summary()["steady_step_seconds"] is None  # every step compiled
     assert all(s.loss is not None and s.loss > 0 for s in recorder.steps)
 
     # Fixed length: the first step (warm-up) compiles the one graph, the rest reuse it.
-    fixed = data.fixed_length_dataset(tokenizer, data.training_texts(16), 64, max_positions=128)
+    fixed = training.fixed_length_dataset(tokenizer, training.training_texts(16), 64, max_positions=128)
     args = page_arguments(tmp_path / "fixed", max_steps=4)
     recorder = training.TrainingRecorder()
-    page_trainer(tiny_model(tokenizer), args, fixed, data.PaddingCollator(tokenizer.pad_token_id, (64,)),
+    page_trainer(tiny_model(tokenizer), args, fixed, training.PaddingCollator(tokenizer.pad_token_id, (64,)),
                  callbacks=[recorder]).train()
     assert recorder.shapes == [(2, 64)]
     assert [s.new_graphs for s in recorder.steps] == [1, 0, 0, 0]
@@ -173,9 +171,7 @@ def test_recorder_sees_a_graph_per_new_shape_then_none(tokenizer, tmp_path):
     assert summary["steady_step_seconds"] > 0 and summary["real_tokens_per_second"] > 0
     assert summary["padding_waste"] == pytest.approx(1 - sum(s.real_tokens for s in recorder.steps) / (4 * 2 * 64))
     assert 0 < summary["padding_waste"] < 1
-    assert recorder.describe().startswith("4 step(s) in 1 shape(s), 1 graph(s) compiled (0 after warm-up), "
-                                          "steady step ")
-    assert f"final loss {summary['final_loss']:.3f}" in recorder.describe()
+    assert summary["final_loss"] == recorder.steps[-1].loss and (summary["steps"], summary["shapes"]) == (4, 1)
 
 
 def _run(model, rows, collator, output_dir, stop_at=None, resume=None):
@@ -189,7 +185,7 @@ def _run(model, rows, collator, output_dir, stop_at=None, resume=None):
 
 
 def test_resume_continues_the_loss_curve_exactly(tokenizer, packed, tmp_path):
-    collator = data.PaddingCollator(tokenizer.pad_token_id, (16,))
+    collator = training.PaddingCollator(tokenizer.pad_token_id, (16,))
     uninterrupted = _run(tiny_model(tokenizer), packed, collator, tmp_path / "a")
     assert list(uninterrupted) == [1, 2, 3, 4, 5, 6]
     assert uninterrupted[6] < uninterrupted[1]
@@ -214,9 +210,9 @@ def test_last_checkpoint_without_checkpoints(tmp_path):
 
 
 def test_bad_training_inputs(tmp_path):
-    with pytest.raises(ValueError, match="max_steps must be at least 1"):
-        training.page_arguments(tmp_path, "cpu", max_steps=0)
-    with pytest.raises(ValueError, match="step must be at least 1"):
+    with pytest.raises(ValueError, match="max_steps=0: give a whole number >= 1"):
+        training._page_arguments(tmp_path, "cpu", max_steps=0)
+    with pytest.raises(ValueError, match="step=0: give a whole number >= 1"):
         training.StopAtStep(0)
 
 
@@ -268,13 +264,13 @@ def test_notebook_04_writes_the_page_calls():
 def test_the_benchmark_builds_its_arguments_with_page_arguments(tmp_path):
     import warnings
 
-    from trnlab.bench import train as bench_train
+    from trnlab import bench
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the one builder does not warn: internal callers stay quiet
-        built = training.page_arguments(tmp_path, "cpu", max_steps=2, batch_size=3, compile_backend="eager")
+        built = training._page_arguments(tmp_path, "cpu", max_steps=2, batch_size=3, compile_backend="eager")
     assert (built.bf16, built.torch_compile, built.torch_compile_backend, built.dataloader_drop_last,
             built.use_cpu, built.max_steps, built.per_device_train_batch_size) == (
         False, True, "eager", True, True, 2, 3)
-    names = bench_train.train_one.__code__.co_names  # what the benchmark's code calls, not its prose
-    assert "page_arguments" in names and "TrainingArguments" not in names
+    names = bench._run_strategies.__code__.co_names  # what the benchmark's code calls, not its prose
+    assert "_page_arguments" in names and "TrainingArguments" not in names

@@ -1,4 +1,4 @@
-"""trnlab.widgets: the bucket slider of notebook 03 shows the chooser's answer for each k."""
+"""trnlab.plots: the bucket slider of notebook 03 shows the chooser's answer for each k; the text tables align."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import matplotlib
 import pytest
 
 import trnlab
-from trnlab import plots, widgets
+from trnlab import plots
 
 matplotlib.use("Agg")
 
@@ -14,13 +14,13 @@ LENGTHS = [4, 9, 17, 30, 41, 95, 96, 150]
 
 
 def test_the_slider_line_is_the_chooser_row_for_its_k():
-    box = trnlab.bucket_slider(LENGTHS, max_buckets=4, value=2)
+    box = plots.bucket_slider(LENGTHS, max_buckets=4, value=2)
     slider, line, picture = box.children
     rows = trnlab.padding_by_bucket_count(LENGTHS, 4)
     assert (slider.min, slider.max, slider.value) == (1, 4, 2)
-    assert line.value == widgets.bucket_summary(rows[1])
+    assert line.value == plots._bucket_summary(rows[1])
     slider.value = 4  # what dragging it does
-    assert line.value == widgets.bucket_summary(rows[3])
+    assert line.value == plots._bucket_summary(rows[3])
     assert line.value.startswith(f"4 bucket(s) {', '.join(map(str, rows[3]['buckets']))}: "
                                  f"{rows[3]['pad_tokens']} pad tokens")
     slider.value = 1  # one bucket: the longest prompt's length, the most padding
@@ -29,13 +29,13 @@ def test_the_slider_line_is_the_chooser_row_for_its_k():
 
 
 def test_the_slider_clamps_its_start_and_refuses_bad_lengths():
-    assert trnlab.bucket_slider(LENGTHS, max_buckets=3, value=9).children[0].value == 3
+    assert plots.bucket_slider(LENGTHS, max_buckets=3, value=9).children[0].value == 3
     with pytest.raises(ValueError):
-        trnlab.bucket_slider([], max_buckets=3)
+        plots.bucket_slider([], max_buckets=3)
 
 
 def test_plot_buckets_draws_each_prompt_and_its_padding():
-    fig = plots.plot_buckets(LENGTHS, [30, 150])
+    fig = plots._plot_buckets(LENGTHS, [30, 150])
     ax = fig.axes[0]
     padding, prompts = ax.containers
     assert [bar.get_height() for bar in prompts] == sorted(LENGTHS)
@@ -43,11 +43,8 @@ def test_plot_buckets_draws_each_prompt_and_its_padding():
     assert ax.get_title() == "2 bucket(s): 30, 150"
 
 
-def test_text_tables_live_in_tables_and_plots_keeps_their_names():
-    import trnlab
-    from trnlab import tables
-
-    for name in ("format_table", "format_steps", "memory_table", "placement_table", "text_table"):
-        assert getattr(plots, name) is getattr(tables, name)
-    assert trnlab.format_table is tables.format_table and trnlab.memory_table is tables.memory_table
-    assert tables.text_table([["a", "1"], ["bb", "22"]]) == "a    1\nbb  22"
+def test_text_tables_align_first_column_left_and_the_rest_right():
+    assert trnlab.format_table is plots.format_table
+    assert plots._text_table([["a", "1"], ["bb", "22"]]) == "a    1\nbb  22"
+    assert plots.format_table({"fixed": {"steps": 8, "waste": 0.25, "loss": None}}) == (
+        "strategy  steps  waste  loss\nfixed         8  0.250     -")

@@ -83,7 +83,8 @@ def module_tables() -> list[str]:
     """The Markdown of each module's public names that are not top level."""
     missing = []
     parts = ["", "## Module-level names", "",
-             "Public names that are not top level: import them from their module (`from trnlab.data import batches`)."]
+             "Public names that are not top level: import them from their module "
+             "(`from trnlab.training import batches`)."]
     for name in library_modules():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from trnlab.assets import BUNDLED_MODEL_DIR
+from trnlab.models import BUNDLED_MODEL_DIR
 from trnlab.assets.corpus import EXAMPLE_PROMPT, generate_documents
 
 EOS_TOKEN = "<|endoftext|>"

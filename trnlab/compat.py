@@ -1,37 +1,18 @@
-"""Every use of a library's private internals, in one place.
-
-trnlab counts compiled graphs, resets generate's compile state and runs the stand-in neuron device
-(:mod:`trnlab.standin`) through attributes that torch, Transformers and Accelerate do not promise to keep. Each
-such touch is a small named function or constant here, and ``tests/test_compat.py`` checks
-that every one still exists in the installed versions: an upgrade that renames one fails
-that named test instead of silently counting zero graphs. No other trnlab module reaches
-into a private attribute.
-"""
+"""Every touch of a library's private internals, each a named function or constant; no other trnlab module reaches in.
+``tests/test_compat.py`` checks each in the installed libraries: a rename fails there, not as zero graphs counted."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import sys
 
 import torch
 
-__all__ = [
-    "ACCELERATE_DYNAMIC_ENV_VAR", "ACCELERATE_PARALLELISM_REFUSAL", "CACHED_DETECTIONS", "COMPILE_TIME_METRIC",
-    "DEVICE_MODULE_BAD_FORK_HOOK", "DYNAMO_RECOMPILES_LOGGER", "GENERATE_STATE_ATTRIBUTES", "INTERNALS",
-    "RECOMPILE_LIMIT_EVENT", "accelerate_shared_states", "attention_implementation", "clear_detection_caches",
-    "compile_on_every_device", "cpu_mesh_as_multi_device", "default_compile_config", "dynamo_compile_seconds",
-    "dynamo_counters", "dynamo_recompile_limit", "dynamo_recompile_limit_hits", "dynamo_recompiles_logger",
-    "dynamo_reset", "dynamo_unique_graphs", "forget_generate_state", "generate_cache_length",
-    "is_parallelism_refusal", "model_device_mesh", "no_compile_caches",
-    "privateuse1_backend_name", "register_device_module", "strided_shard_class", "trainer_dynamo_plugin",
-    "valid_auto_compile_criteria",
-]
+__all__ = ["cpu_mesh_as_multi_device", "is_parallelism_refusal"]
 
-# ---------------------------------------------------------------------------------------------
 # torch._dynamo: graph counts, compile time, recompile limit, reset
-# ---------------------------------------------------------------------------------------------
 
-#: How dynamo names the event when one function was recompiled too often.
-RECOMPILE_LIMIT_EVENT = "Dynamo recompile limit exceeded"
 #: The key of ``compilation_time_metrics`` that times each compile (tracing + backend).
 COMPILE_TIME_METRIC = "_compile.compile_inner"
 
@@ -49,9 +30,9 @@ def dynamo_unique_graphs() -> int:
 
 
 def dynamo_recompile_limit_hits() -> int:
-    """Times dynamo gave up on a function because it recompiled too often."""
+    """Times dynamo gave up on a function because it recompiled too often (its "recompile limit exceeded" event)."""
     unimplemented = dynamo_counters()["unimplemented"]
-    return int(sum(n for key, n in unimplemented.items() if key.startswith(RECOMPILE_LIMIT_EVENT)))
+    return int(sum(n for key, n in unimplemented.items() if key.startswith("Dynamo recompile limit exceeded")))
 
 
 def dynamo_compile_seconds() -> float:
@@ -71,24 +52,15 @@ def dynamo_recompile_limit(limit: int):
     return torch._dynamo.config.patch(recompile_limit=limit)
 
 
-#: The logger of dynamo's ``recompiles`` log artifact (what ``TORCH_LOGS=recompiles`` prints).
-DYNAMO_RECOMPILES_LOGGER = "torch._dynamo.guards.__recompiles"
-
-
 def dynamo_recompiles_logger():
-    """The ``logging.Logger`` dynamo writes each "Recompiling function ..." message to."""
-    import logging
-
+    """The ``logging.Logger`` of dynamo's ``recompiles`` artifact (what ``TORCH_LOGS=recompiles`` prints)."""
     import torch._dynamo.guards  # noqa: F401  (creates the artifact logger)
 
-    return logging.getLogger(DYNAMO_RECOMPILES_LOGGER)
+    return logging.getLogger("torch._dynamo.guards.__recompiles")
 
 
 def no_compile_caches():
-    """A context manager that turns off inductor's FX graph cache and the AOTAutograd cache,
-    so every graph really compiles (the training benchmark measures cold compiles)."""
-    import contextlib
-
+    """A context manager that turns off inductor's FX graph cache and the AOTAutograd cache: every graph compiles."""
     import torch._functorch.config
     import torch._inductor.config
 
@@ -98,12 +70,9 @@ def no_compile_caches():
     return stack
 
 
-# ---------------------------------------------------------------------------------------------
 # transformers generate(): compile state kept on the model, compile on every device
-# ---------------------------------------------------------------------------------------------
 
-#: Attributes ``generate()`` caches on a model: the compiled forward, its config, and the
-#: largest static-cache length used so far (reused for shorter prompts).
+#: Attributes ``generate()`` caches on a model: the compiled forward, its config, the largest static-cache length.
 GENERATE_STATE_ATTRIBUTES = ("_compiled_call", "_last_compile_config", "_previous_max_cache_length")
 
 
@@ -119,12 +88,19 @@ def generate_cache_length(model) -> int | None:
 
 
 def compile_on_every_device(config) -> None:
-    """Let ``generate()`` auto-compile ``config`` on any device, CPU included.
-
-    ``_valid_auto_compile_criteria`` compiles only on cuda/xpu/neuron/tpu unless the config
-    has ``_compile_all_devices`` set; it is not a dataclass field, so it is set here.
-    """
+    """Let ``generate()`` auto-compile ``config`` on any device, CPU included (``_compile_all_devices``).
+    ``_valid_auto_compile_criteria`` compiles only on cuda/xpu/neuron/tpu without it; it is not a dataclass field."""
     config._compile_all_devices = True
+
+
+def valid_auto_compile_criteria(model, model_kwargs: dict, generation_config) -> bool:
+    """``GenerationMixin._valid_auto_compile_criteria``: whether generate() will compile the forward."""
+    return bool(model._valid_auto_compile_criteria(model_kwargs, generation_config))
+
+
+def default_compile_config(model):
+    """``PreTrainedModel._default_compile_config()``: the CompileConfig generate uses by default."""
+    return model._default_compile_config()
 
 
 def attention_implementation(model) -> str | None:
@@ -132,15 +108,11 @@ def attention_implementation(model) -> str | None:
     return getattr(model.config, "_attn_implementation", None)
 
 
-# ---------------------------------------------------------------------------------------------
 # Trainer and Accelerate
-# ---------------------------------------------------------------------------------------------
 
 #: Accelerate reads this when the Trainer builds its TorchDynamoPlugin with ``dynamic`` unset.
 ACCELERATE_DYNAMIC_ENV_VAR = "ACCELERATE_DYNAMO_USE_DYNAMIC"
-
-#: Words of Accelerate's refusal of a load-time-sharded model on a device type it does not
-#: accept (``ParallelismConfig is only compatible DistributedType.FSDP ...``).
+#: Words of Accelerate's refusal of a load-time-sharded model on a device type it does not accept.
 ACCELERATE_PARALLELISM_REFUSAL = "ParallelismConfig"
 
 
@@ -156,22 +128,9 @@ def trainer_dynamo_plugin(trainer):
 
 @contextlib.contextmanager
 def cpu_mesh_as_multi_device():
-    """Let Accelerate take a model sharded at load time on a gloo CPU mesh, as it does on Trainium.
-
-    A model loaded with ``from_pretrained(..., distributed_config=DistributedConfig(tp_size,
-    fsdp_size))`` makes ``Trainer`` hand Accelerate a ``ParallelismConfig``, which Accelerate
-    1.15 accepts only when ``Accelerator.multi_device`` is true (MULTI_GPU, MULTI_NEURON, ...),
-    under FSDP2 or under DeepSpeed. ``multi_device`` names every multi-accelerator type but not
-    MULTI_CPU, so on a CPU mesh ``Trainer(...)`` raises before training.
-
-    Inside this block ``multi_device`` is also true for a distributed MULTI_CPU run: Accelerate
-    takes the branch it takes on Trainium (MULTI_NEURON). Nothing else changes: the distributed
-    type stays MULTI_CPU, the backend gloo; the model keeps its own TP/FSDP2 placement, and
-    Accelerate's data loader gives the TP ranks of one fsdp coordinate the same rows. The
-    property is restored on exit; build the ``Trainer`` inside, call ``train()`` outside.
-    Touches the public class property ``accelerate.Accelerator.multi_device``, class-wide for the
-    duration of the block (not thread-safe against Accelerators built meanwhile elsewhere).
-    """
+    """Let Accelerate take a model sharded at load time on a gloo CPU mesh, as it does on Trainium (MULTI_NEURON).
+    Accelerate takes a ``ParallelismConfig`` only if ``Accelerator.multi_device``, which leaves out MULTI_CPU: in the
+    block it is true for a distributed MULTI_CPU run too, class-wide. Build the ``Trainer`` inside, train outside."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedType
 
@@ -187,9 +146,7 @@ def cpu_mesh_as_multi_device():
         Accelerator.multi_device = original
 
 
-# ---------------------------------------------------------------------------------------------
-# torch.distributed: the model's mesh, strided shards, the private backend's name
-# ---------------------------------------------------------------------------------------------
+# torch.distributed: the model's mesh, strided shards
 
 def model_device_mesh(model):
     """The (pp, fsdp, tp) device mesh Transformers keeps on a sharded model (``_device_mesh``)."""
@@ -203,30 +160,22 @@ def strided_shard_class():
     return _StridedShard
 
 
+# A neuron device module (trnlab.standin, the tests' fake): registering it, the caches that remember Neuron
+
 def privateuse1_backend_name() -> str:
     """The name of PyTorch's out-of-tree device backend ("privateuseone", or "neuron" once renamed)."""
     return torch._C._get_privateuse1_backend_name()
 
-
-# ---------------------------------------------------------------------------------------------
-# A neuron device module (trnlab.standin, the tests' fake): registering it, the libraries'
-# cached answers about Neuron, Accelerate's remembered device, generate's compile decision
-# ---------------------------------------------------------------------------------------------
 
 def register_device_module(name: str, module) -> None:
     """``torch._register_device_module``: how out-of-tree backends install ``torch.<name>``."""
     torch._register_device_module(name, module)
 
 
-#: The hook ``torch.manual_seed`` calls on every registered device module before seeding it
-#: (``torch.random``'s ``_bad_fork_name``): a device module defines a method of this name
-#: (:class:`trnlab.standin.StandInNeuronModule` does).
+#: The method ``torch.manual_seed`` calls on every registered device module before seeding it (``_bad_fork_name``).
 DEVICE_MODULE_BAD_FORK_HOOK = "_is_in_bad_fork"
 
 #: lru_cache'd library functions whose answer depends on ``torch.neuron`` / CUDA: (module, name).
-#: Transformers caches ``is_torch_neuron_available`` (read by TrainingArguments for the device and
-#: the compile backend) and ``is_torch_bf16_gpu_available`` (read by ``bf16=True`` validation);
-#: Accelerate caches ``is_neuron_available`` (read by PartialState, launch, seeding, ...).
 CACHED_DETECTIONS = (
     ("transformers.utils.import_utils", "is_torch_neuron_available"),
     ("transformers.utils.import_utils", "is_torch_bf16_gpu_available"),
@@ -235,12 +184,8 @@ CACHED_DETECTIONS = (
 
 
 def clear_detection_caches() -> None:
-    """Forget the cached Neuron/bf16 answers of Transformers and Accelerate (``cache_clear()``
-    of the lru_caches in :data:`CACHED_DETECTIONS`; modules not imported yet cache nothing), and
-    torch's ``functools.cache`` of ``torch.get_device_module``, through which ``torch.accelerator``
-    reaches ``torch.neuron`` (without this it keeps asking the module it saw first)."""
-    import sys
-
+    """Forget the cached Neuron/bf16 answers of :data:`CACHED_DETECTIONS` (modules not imported yet cache nothing)
+    and ``torch.get_device_module``'s cache, through which ``torch.accelerator`` reaches ``torch.neuron``."""
     torch.get_device_module.cache_clear()
     for module_name, function_name in CACHED_DETECTIONS:
         module = sys.modules.get(module_name)
@@ -249,57 +194,13 @@ def clear_detection_caches() -> None:
 
 
 def accelerate_shared_states() -> list[dict]:
-    """The Borg dicts behind Accelerate's singletons (``PartialState._shared_state``,
-    ``AcceleratorState._shared_state``): they remember the device chosen first in the process.
+    """The Borg dicts behind Accelerate's ``PartialState`` and ``AcceleratorState``, which remember the first device.
     Empty when Accelerate's state module is not imported yet."""
-    import sys
-
     state = sys.modules.get("accelerate.state")
-    if state is None:
-        return []
-    return [state.PartialState._shared_state, state.AcceleratorState._shared_state]
+    return [] if state is None else [state.PartialState._shared_state, state.AcceleratorState._shared_state]
 
 
-def valid_auto_compile_criteria(model, model_kwargs: dict, generation_config) -> bool:
-    """``GenerationMixin._valid_auto_compile_criteria``: whether generate() will compile the forward."""
-    return bool(model._valid_auto_compile_criteria(model_kwargs, generation_config))
-
-
-def default_compile_config(model):
-    """``PreTrainedModel._default_compile_config()``: the CompileConfig generate uses by default."""
-    return model._default_compile_config()
-
-
-#: Every private name above, as (what, how to find it): ``tests/test_compat.py`` checks each.
-INTERNALS = {
-    "dynamo counters": "torch._dynamo.utils.counters",
-    "dynamo compile time": "torch._dynamo.utils.compilation_time_metrics",
-    "dynamo reset": "torch._dynamo.reset",
-    "dynamo recompile_limit": "torch._dynamo.config.recompile_limit",
-    "dynamo recompiles log": f"logging.getLogger({DYNAMO_RECOMPILES_LOGGER!r})",
-    "inductor fx_graph_cache": "torch._inductor.config.fx_graph_cache",
-    "AOTAutograd cache": "torch._functorch.config.enable_autograd_cache",
-    "generate compile state": "GenerationMixin attributes " + ", ".join(GENERATE_STATE_ATTRIBUTES),
-    "compile on every device": "CompileConfig._compile_all_devices",
-    "attention implementation": "PretrainedConfig._attn_implementation",
-    "dynamo plugin": "Trainer.accelerator.state.dynamo_plugin",
-    "multi-device check": "accelerate.Accelerator.multi_device, read by ParallelismConfig._validate_accelerator",
-    "model mesh": "PreTrainedModel._device_mesh",
-    "strided shard": "torch.distributed.tensor.placement_types._StridedShard",
-    "privateuse1 name": "torch._C._get_privateuse1_backend_name",
-    "register device module": "torch._register_device_module",
-    "device module seeding hook": f"torch.random.manual_seed calls <device module>.{DEVICE_MODULE_BAD_FORK_HOOK}()",
-    "cached detections": ", ".join(f"{m}.{f}.cache_clear" for m, f in CACHED_DETECTIONS),
-    "device module cache": "torch.get_device_module.cache_clear",
-    "accelerate shared states": "accelerate.state.PartialState._shared_state, AcceleratorState._shared_state",
-    "auto-compile decision": "GenerationMixin._valid_auto_compile_criteria",
-    "default compile config": "PreTrainedModel._default_compile_config",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# The STAND-IN neuron device (trnlab.standin): its dynamo backend, built as TorchNeuron's is
-# ---------------------------------------------------------------------------------------------
+# The stand-in neuron device's dynamo backend, built as TorchNeuron's is
 
 def aot_autograd(**kwargs):
     """``torch._dynamo.backends.common.aot_autograd``: a backend that runs AOTAutograd, forward and backward apart."""
@@ -317,9 +218,7 @@ def aot_graph_name() -> str:
 
 def graph_symbolic_sizes(gm) -> list[str]:
     """The symbolic sizes (``s77``...) of a dynamo graph: its fake tensors' ``ShapeEnv.var_to_range``.
-
-    TorchNeuron's DynamicShapeAnalysis reads them from ``meta["val"]``; dynamo 2.13 writes ``meta["example_value"]``.
-    """
+    TorchNeuron's DynamicShapeAnalysis reads them from ``meta["val"]``; dynamo 2.13 writes ``meta["example_value"]``."""
     for node in gm.graph.nodes:
         for key in ("val", "example_value"):
             shape_env = getattr(getattr(node.meta.get(key), "fake_mode", None), "shape_env", None)
@@ -334,12 +233,3 @@ def register_dynamo_backend(name: str, compiler_fn) -> None:
 
     if name not in registry._COMPILER_FNS:
         registry.register_backend(compiler_fn=compiler_fn, name=name)
-
-
-__all__ += ["aot_autograd", "aot_graph_name", "graph_symbolic_sizes", "register_dynamo_backend"]
-INTERNALS.update({
-    "AOTAutograd backend": "torch._dynamo.backends.common.aot_autograd",
-    "AOT graph name": "torch._functorch._aot_autograd.logging_utils.get_aot_graph_name",
-    "symbolic sizes": "torch.fx.experimental.symbolic_shapes.ShapeEnv.var_to_range, node.meta['example_value']",
-    "dynamo backend registry": "torch._dynamo.backends.registry._COMPILER_FNS, register_backend",
-})

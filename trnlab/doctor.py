@@ -4,6 +4,7 @@ Prints the device report and a list of checks (``--json``: as JSON); exit status
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import re
@@ -12,36 +13,21 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import importlib.metadata
-
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from trnlab.device import (DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR, RELEASE_CORES_HINT, DeviceNotAvailableError,
-                           DeviceReport, device_report, format_core_holders, neuron_core_holders, pick_device)
+from trnlab.device import (BACKENDS, DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR, RELEASE_CORES_HINT, backend_available,
+                           bf16_supported, device_count, format_core_holders, neuron_core_holders, neuron_ls_output,
+                           package_versions, pick_device)
 from trnlab.models import BUNDLED_MODEL_DIR, MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
-from trnlab.rank_cores import VISIBLE_CORES_VAR
-from trnlab.settings import DEVICE_ENV_VAR, SettingError, read_setting, setting_problems
+from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR
+from trnlab.settings import DEVICE_ENV_VAR, NotAvailableError, SettingError, read_setting, setting_problems
 
-__all__ = ["CHECKED_PACKAGES", "required_versions", "Check", "run_checks", "format_report", "show_report",
-           "main"]
-
-#: The packages whose versions doctor checks against what trnlab's own metadata requires.
-CHECKED_PACKAGES = ("transformers", "accelerate")
-
-
-def required_versions() -> dict[str, str]:
-    """``{package: specifier}`` for :data:`CHECKED_PACKAGES`, from trnlab's installed metadata (pyproject)."""
-    found = {}
-    for line in importlib.metadata.requires("trnlab") or []:
-        requirement = Requirement(line)
-        if requirement.name in CHECKED_PACKAGES and requirement.marker is None:
-            found[requirement.name] = str(requirement.specifier)
-    return found
+__all__ = ["device_report", "run_checks", "show_report"]
 
 
 @dataclass
-class Check:
+class _Check:
     """One line of the machine report: what was checked, whether it passed, and the detail."""
 
     name: str
@@ -49,69 +35,63 @@ class Check:
     detail: str
 
 
-def _version_check(package: str, installed: str | None) -> Check:
-    wanted = required_versions().get(package, "")
+def _version_check(package: str, installed: str | None) -> _Check:
+    """``package``'s installed version against what trnlab's installed metadata (pyproject) requires."""
+    wanted = next((str(r.specifier) for r in map(Requirement, importlib.metadata.requires("trnlab") or [])
+                   if r.name == package and r.marker is None), "")
     if installed is None:
-        return Check(package, False, f"not installed: pip install '{package}{wanted}'")
+        return _Check(package, False, f"not installed: pip install '{package}{wanted}'")
     ok = Version(installed) in Requirement(f"{package}{wanted}").specifier
-    return Check(package, ok, f"{installed} (course needs {wanted or 'any'})" +
-                 ("" if ok else f": pip install '{package}{wanted}'"))
+    return _Check(package, ok, f"{installed} (course needs {wanted or 'any'})" +
+                  ("" if ok else f": pip install '{package}{wanted}'"))
 
 
-def _shown(name: str) -> str:
-    # The bundled model's folder is a path of this machine: name it the same way everywhere.
-    return "the bundled tiny Qwen3 (trnlab/assets/tiny-qwen3)" if is_bundled(name) else name
-
-
-def _settings_checks() -> list[Check]:
-    """One ``[FAIL]`` per malformed ``TRNLAB_*`` variable (its message names the valid values); none when all are fine."""
-    return [Check(variable, False, message) for variable, message in setting_problems().items()]
-
-
-def _model_check() -> Check:
+def _model_check() -> _Check:
     # read_setting, not read_settings: a bad TRNLAB_DTYPE must not hide the model's own state.
     name = model_name(read_setting(MODEL_ENV_VAR) or BUNDLED_MODEL_DIR)
     path = Path(name)
     if path.is_dir():
         missing = missing_model_files(path, "model") + missing_model_files(path, "tokenizer")
         if missing:
-            return Check("model", False, f"{name} lacks {', '.join(missing)}: rebuild with "
-                         "`make model` (python tools/build_model.py) or point TRNLAB_MODEL at a full model folder")
-        return Check("model", True, f"{_shown(name)} (local folder)")
+            return _Check("model", False, f"{name} lacks {', '.join(missing)}: rebuild with "
+                          "`make model` (python tools/build_model.py) or point TRNLAB_MODEL at a full model folder")
+        # The bundled model's folder is a path of this machine: name it the same way everywhere.
+        shown = "the bundled tiny Qwen3 (trnlab/assets/tiny-qwen3)" if is_bundled(name) else name
+        return _Check("model", True, f"{shown} (local folder)")
     if is_bundled(name) or path.is_absolute() or name.startswith("."):
-        return Check("model", False, f"no model folder at {name}: " + (
+        return _Check("model", False, f"no model folder at {name}: " + (
             "build the course model with `make model` (python tools/build_model.py)" if is_bundled(name)
             else f"fix {MODEL_ENV_VAR} or unset it to use the bundled model"))
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(name, "config.json")
     if isinstance(cached, str):
-        return Check("model", True, f"{name} (in the Hugging Face cache)")
-    return Check("model", False, f"{MODEL_ENV_VAR}={name} is neither a local folder nor in the "
-                 f"Hugging Face cache: pre-download it (`hf download {name}`) or unset {MODEL_ENV_VAR}")
+        return _Check("model", True, f"{name} (in the Hugging Face cache)")
+    return _Check("model", False, f"{MODEL_ENV_VAR}={name} is neither a local folder nor in the "
+                  f"Hugging Face cache: pre-download it (`hf download {name}`) or unset {MODEL_ENV_VAR}")
 
 
-def _device_check(report: DeviceReport) -> Check | None:
+def _device_check(report: DeviceReport) -> _Check | None:
     try:
         requested = read_setting(DEVICE_ENV_VAR)
     except SettingError:
         return None  # reported by the settings check, with the valid forms
     try:
         device = pick_device(requested, verbose=False)
-    except (DeviceNotAvailableError, ValueError) as exc:
-        return Check("device", False, f"{DEVICE_ENV_VAR}={requested}: {exc}")
-    return Check("device", True, f"{device} ({DEVICE_ENV_VAR}={requested}; "
-                 f"{report.device_count} {report.backend} device(s))")
+    except (NotAvailableError, ValueError) as exc:
+        return _Check("device", False, f"{DEVICE_ENV_VAR}={requested}: {exc}")
+    return _Check("device", True, f"{device} ({DEVICE_ENV_VAR}={requested}; "
+                  f"{report.device_count} {report.backend} device(s))")
 
 
-def _cores_check(report: DeviceReport) -> Check | None:
+def _cores_check(report: DeviceReport) -> _Check | None:
     """On Trainium: fail when another process holds NeuronCores (``neuron-ls``'s PID column)."""
     if report.neuron_ls is None:
         return None
     holders = neuron_core_holders(report.neuron_ls, ignore_pids=(os.getpid(), os.getppid()))
     if not holders:
-        return Check("neuron cores", True, "no other process holds a NeuronCore")
-    return Check("neuron cores", False, f"held by {format_core_holders(holders)}: {RELEASE_CORES_HINT}")
+        return _Check("neuron cores", True, "no other process holds a NeuronCore")
+    return _Check("neuron cores", False, f"held by {format_core_holders(holders)}: {RELEASE_CORES_HINT}")
 
 
 _NATIVE_VENV = "/opt/aws_neuronx_venv_torch_neuronx_2_14_0"  # the 2.33 DLAMI's TorchNeuron venv
@@ -169,7 +149,7 @@ def _install_line(torch_version: str | None) -> str:
             "--extra-index-url https://pip.repos.neuron.amazonaws.com")
 
 
-def _environment_check(m: _Machine) -> Check | None:
+def _environment_check(m: _Machine) -> _Check | None:
     if not m.on_neuron():
         return None
     neuronx, xla = m.versions.get("torch-neuronx"), m.versions.get("torch-xla")
@@ -177,37 +157,37 @@ def _environment_check(m: _Machine) -> Check | None:
     signs += [f"torch-xla {xla} is installed"] * bool(xla) + sorted(
         f"{v} is an XLA-based venv" for v in m.venvs() if v.startswith("/opt/aws_neuronx_venv_pytorch"))
     if signs:
-        return Check("neuron environment", False, "; ".join(signs) + ": this is the XLA-based torch-neuronx, not the "
-                     "native neuron device (the symptom: under torchrun Transformers warns to \"use the NeuronTrainer "
-                     f"from optimum[neuron]\"): {_ACTIVATE}")
+        return _Check("neuron environment", False, "; ".join(signs) + ": this is the XLA-based torch-neuronx, not the "
+                      "native neuron device (the symptom: under torchrun Transformers warns to \"use the NeuronTrainer "
+                      f"from optimum[neuron]\"): {_ACTIVATE}")
     if not neuronx:
-        return Check("neuron environment", False, f"torch-neuronx is not installed: {_ACTIVATE}, or "
-                     f"{_install_line(m.versions.get('torch'))}")
-    return Check("neuron environment", True, f"TorchNeuron (the native device): torch-neuronx {neuronx} in {m.prefix}")
+        return _Check("neuron environment", False, f"torch-neuronx is not installed: {_ACTIVATE}, or "
+                      f"{_install_line(m.versions.get('torch'))}")
+    return _Check("neuron environment", True, f"TorchNeuron (the native device): torch-neuronx {neuronx} in {m.prefix}")
 
 
-def _family_check(m: _Machine) -> Check | None:
+def _family_check(m: _Machine) -> _Check | None:
     neuronx, torch_version = m.versions.get("torch-neuronx"), m.versions.get("torch") or "not installed"
     if not _native(neuronx):
         return None
     wanted, pair = ".".join(neuronx.split(".")[:2]) + ".0", f"torch {torch_version} with torch-neuronx {neuronx}"
     if torch_version.split("+")[0] == wanted:
-        return Check("torch family", True, pair)
-    return Check("torch family", False, f"{pair}, which needs torch {wanted}: " + (
+        return _Check("torch family", True, pair)
+    return _Check("torch family", False, f"{pair}, which needs torch {wanted}: " + (
         _install_line(torch_version) if torch_version.startswith(("2.13.0", "2.14.0"))
         else f"TorchNeuron exists for torch 2.13.0 and 2.14.0 only: {_ACTIVATE}"))
 
 
-def _compiler_check(m: _Machine) -> Check | None:
+def _compiler_check(m: _Machine) -> _Check | None:
     if not m.versions.get("torch-neuronx"):
         return None
     if m.versions.get("neuronx-cc"):
-        return Check("neuronx-cc", True, f"the Neuron compiler, {m.versions['neuronx-cc']}")
-    return Check("neuronx-cc", False, "the Neuron compiler, which turns graphs into NEFFs, is not installed, so "
-                 f"nothing compiles: {_install_line(m.versions.get('torch'))}")
+        return _Check("neuronx-cc", True, f"the Neuron compiler, {m.versions['neuronx-cc']}")
+    return _Check("neuronx-cc", False, "the Neuron compiler, which turns graphs into NEFFs, is not installed, so "
+                  f"nothing compiles: {_install_line(m.versions.get('torch'))}")
 
 
-def _ubuntu_check(m: _Machine) -> Check | None:
+def _ubuntu_check(m: _Machine) -> _Check | None:
     if not m.on_neuron() or not m.os_release:
         return None
     info = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', m.os_release, flags=re.M))
@@ -215,41 +195,41 @@ def _ubuntu_check(m: _Machine) -> Check | None:
     facts = ("the 2.33.0 wheels are for Ubuntu 26.04, TorchNeuron's DLAMIs for Ubuntu 24.04 and 26.04 (on 24.04 use "
              "the DLAMI); Ubuntu 22.04 is end of support and needs a build from source")
     if info.get("ID") != "ubuntu" or release in ("24.04", "26.04") or _native(m.versions.get("torch-neuronx")):
-        return Check("ubuntu", True, f"{name}: {facts}")
-    return Check("ubuntu", False, f"{name}: {facts}: move to the DLAMI on Ubuntu 24.04 or 26.04"
-                 + ", or build torch-neuronx from source" * (release == "22.04"))
+        return _Check("ubuntu", True, f"{name}: {facts}")
+    return _Check("ubuntu", False, f"{name}: {facts}: move to the DLAMI on Ubuntu 24.04 or 26.04"
+                  + ", or build torch-neuronx from source" * (release == "22.04"))
 
 
-def _disk_check(m: _Machine) -> Check | None:
+def _disk_check(m: _Machine) -> _Check | None:
     if not m.on_neuron() or not m.disk:
         return None
     detail = "; ".join(f"{label} {folder}: {_human_bytes(free)} free of {_human_bytes(total)} (at {at})"
                        for label, (folder, at, free, total) in m.disk.items())
     if all(free >= _MIN_FREE_GIB * 2**30 for *_, free, _total in m.disk.values()):
-        return Check("disk", True, detail)
-    return Check("disk", False, f"{detail}: under trnlab's threshold of {_MIN_FREE_GIB} GiB free, and compiled graphs "
-                 "fill small disks (trn2/trn3 need a root EBS volume of at least 512 GB): grow the volume, or point "
-                 f"{' and '.join(v for v, _ in _CACHE_DIRS.values())} at a larger disk")
+        return _Check("disk", True, detail)
+    return _Check("disk", False, f"{detail}: under trnlab's threshold of {_MIN_FREE_GIB} GiB free, and compiled graphs "
+                  "fill small disks (trn2/trn3 need a root EBS volume of at least 512 GB): grow the volume, or point "
+                  f"{' and '.join(v for v, _ in _CACHE_DIRS.values())} at a larger disk")
 
 
-def _lnc_check(m: _Machine) -> Check | None:
+def _lnc_check(m: _Machine) -> _Check | None:
     value, visible = m.env.get(_LNC_VAR), m.env.get(VISIBLE_CORES_VAR)
     if not m.on_neuron() and value is None:
         return None
     if (value or "2").strip() not in ("1", "2"):
-        return Check("LNC", False, f"{_LNC_VAR}={value!r}: only 1 or 2 exist (default 2), and the runtime's and the "
-                     f"compiler's must match: unset {_LNC_VAR} or set it to 1 or 2")
+        return _Check("LNC", False, f"{_LNC_VAR}={value!r}: only 1 or 2 exist (default 2), and the runtime's and the "
+                      f"compiler's must match: unset {_LNC_VAR} or set it to 1 or 2")
     lnc = int(value or 2)
-    return Check("LNC", True, f"LNC={lnc}{' (default)' * (value is None)}: device_count() is {m.devices}; at LNC={lnc} "
-                 f"a Trainium2 chip shows {8 // lnc} logical cores ({lnc} physical NeuronCore-v3 each), a trn2.3xlarge "
-                 f"{8 // lnc}" + f"; {VISIBLE_CORES_VAR}={visible} limits this process to those cores" * bool(visible))
+    return _Check("LNC", True, f"LNC={lnc}{' (default)' * (value is None)}: device_count() is {m.devices}; at LNC={lnc} "
+                  f"a Trainium2 chip shows {8 // lnc} logical cores ({lnc} physical NeuronCore-v3 each), a trn2.3xlarge "
+                  f"{8 // lnc}" + f"; {VISIBLE_CORES_VAR}={visible} limits this process to those cores" * bool(visible))
 
 
-def run_checks(report: DeviceReport, machine: _Machine | None = None) -> list[Check]:
+def run_checks(report: DeviceReport, machine: _Machine | None = None) -> list[_Check]:
     """The checks that decide the exit status of ``doctor``."""
     machine = machine or _Machine.gather(report)
     checks = [
-        *_settings_checks(),
+        *(_Check(variable, False, message) for variable, message in setting_problems().items()),  # TRNLAB_*
         _device_check(report),
         _version_check("transformers", report.versions.get("transformers")),
         _version_check("accelerate", report.versions.get("accelerate")),
@@ -268,14 +248,11 @@ def _human_bytes(n: int) -> str:
         n /= 1024
 
 
-def format_report(report: DeviceReport, checks: list[Check]) -> str:
+def _format_report(report: DeviceReport, checks: list[_Check]) -> str:
     """The report and checks as a plain-text table."""
-    rows = [
-        ("backend", report.backend),
-        ("devices", str(report.device_count)),
-        ("bf16 native", "yes" if report.bf16_supported else "no"),
-        ("available", ", ".join(f"{b}={'yes' if ok else 'no'}" for b, ok in report.available.items())),
-    ]
+    rows = [("backend", report.backend), ("devices", str(report.device_count)),
+            ("bf16 native", "yes" if report.bf16_supported else "no"),
+            ("available", ", ".join(f"{b}={'yes' if ok else 'no'}" for b, ok in report.available.items()))]
     rows += [(name, version or "not installed") for name, version in report.versions.items()]
     rows += [(name, value if value is not None else "(unset)") for name, value in report.neuron_env.items()]
     cache = report.neff_cache
@@ -295,7 +272,7 @@ def format_report(report: DeviceReport, checks: list[Check]) -> str:
 def show_report() -> DeviceReport:
     """Print the doctor table (report and checks) and return the report; notebook 01 uses it."""
     report = device_report()
-    print(format_report(report, run_checks(report)))
+    print(_format_report(report, run_checks(report)))
     return report
 
 
@@ -308,8 +285,47 @@ def main(argv: list[str] | None = None) -> int:
     report = device_report()
     checks = run_checks(report)
     if args.json:
-        print(json.dumps({**report.to_dict(), "checks": [asdict(c) for c in checks],
+        print(json.dumps({**asdict(report), "checks": [asdict(c) for c in checks],
                           "ok": all(c.ok for c in checks)}, indent=2))
     else:
-        print(format_report(report, checks))
+        print(_format_report(report, checks))
     return 0 if all(c.ok for c in checks) else 1
+
+
+# The device report: what this machine has (doctor's table; notebook 01 through show_report)
+
+def neff_cache_summary(path: str | os.PathLike | None = None) -> dict:
+    """Where compiled Neuron graphs (NEFFs) are cached, and how many files and bytes are there."""
+    path = Path(path or os.environ.get(NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE))
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
+    return {"path": str(path), "exists": path.is_dir(), "files": len(files),
+            "bytes": sum(p.stat().st_size for p in files)}
+
+
+@dataclass
+class DeviceReport:
+    """Everything notebook 01 and ``python -m trnlab doctor`` show about this machine."""
+
+    backend: str
+    device_count: int
+    bf16_supported: bool
+    available: dict[str, bool]
+    versions: dict[str, str | None]
+    neuron_env: dict[str, str | None]
+    neff_cache: dict
+    neuron_ls: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def device_report() -> DeviceReport:
+    """Detect the backend and collect versions, Neuron variables, cache and ``neuron-ls``."""
+    available = {b: backend_available(b) for b in BACKENDS}
+    backend = next(b for b in BACKENDS if available[b])
+    notes = []
+    if backend != "neuron":
+        notes.append("No Neuron device: torch.neuron is absent, so the course runs for real on "
+                     f"{backend} (torch.compile stands in for the neuron compiler).")
+    # The Neuron runtime and compiler variables that change what a process sees or builds.
+    neuron_env = {name: os.environ.get(name) for name in (VISIBLE_CORES_VAR, "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")}
+    return DeviceReport(backend, device_count(backend), bf16_supported(backend), available, package_versions(),
+                        neuron_env, neff_cache_summary(), neuron_ls_output(), notes)

@@ -1,65 +1,205 @@
-"""Build the ``torchrun`` commands that launch a training script, from one node to a cluster (claim 10).
-Pure functions of their arguments and the machine; :func:`launch` runs them through :mod:`trnlab.runner`. Only a run
-on a subset of NeuronCores starts each rank through :mod:`trnlab.rank_cores` (see :func:`launch`)."""
+"""Launch a training script with ``torchrun``, from one node to a cluster (claim 10): the Trainium instances, the mesh
+check, the commands, and the supervision that streams every rank's lines and leaves no process behind.
+Only a run on a subset of NeuronCores starts each rank through :mod:`trnlab.rank_cores` (see :func:`launch`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import queue
+import re
 import shlex
+import signal
+import socket
+import subprocess
 import sys
+import threading
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from trnlab.device import backend_available, detect_backend, device_count, neuron_module
-from trnlab.instances import PlanError, get_instance
-from trnlab.mesh import LaunchConfigError, mesh_sizes as _mesh_sizes, validate_parallel_sizes
-from trnlab.rank_cores import (VISIBLE_CORES_VAR, CoreListError, format_core_list,  # noqa: F401  (re-exported)
-                               needs_rank_cores, parse_core_list, parse_neuron_cores, rank_neuron_cores,
-                               visible_cores_setting, visible_neuron_cores)
-from trnlab.runner import (LAUNCH_ID_VAR, RANK_PREFIX_TEMPLATE, LaunchError, LaunchResult,  # noqa: F401
-                           check_timeouts, core_holders_notice, free_port, run_commands)
-from trnlab.settings import DEFAULT_INSTANCE
+import psutil
 
-__all__ = ["DIST_BACKENDS", "CPU_DEFAULT_PROCESSES", "neuron_cores_per_node", "ProcessPlan",
-           "plan_processes", "torchrun_command", "multinode_commands", "slurm_script", "launch_command",
-           "launch", "launch_loopback_nodes"]
+from trnlab.device import (backend_available, core_holders_notice, detect_backend, device_count, neuron_core_holders,
+                           neuron_ls_output, neuron_module)
+from trnlab.models import load_config, text_config
+from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
+                               _visible_cores_setting, rank_neuron_cores)
+from trnlab.settings import DEFAULT_INSTANCE, LaunchError, PlanError, SettingError, whole_number
 
-#: torch.distributed backend for each device type (Transformers' ``DISTRIBUTED_BACKEND_MAP`` agrees).
-DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
+__all__ = ["GiB", "INSTANCES", "get_instance", "validate_parallel_sizes", "plan_processes", "torchrun_command",
+           "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes", "LaunchResult"]
 
-#: Processes on CPU when nothing asks for more: enough to show a mesh, few enough for a laptop.
-CPU_DEFAULT_PROCESSES = 2
+# Instances: the Trainium machines the planner and the launcher know, from the Neuron docs
+#: Bytes in one gibibyte (2**30): every GiB figure of the instance table and the planner.
+GiB = 1024 ** 3
+_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/"
+_TRN2_ARCH_URL = _DOCS + "general/arch/neuron-hardware/trn2-arch.html"
+_TRN3_ARCH_URL = _DOCS + "about-neuron/arch/neuron-hardware/trn3-arch.html"
+_TORCHNEURON_QUICKSTART_URL = _DOCS + "torch/get-started/quickstart-torch-neuron.html"
+_TRN1 = ("trn1 (Trainium, 2 NeuronCore-v2 and 32 GiB per chip) has no native `neuron` device: TorchNeuron supports "
+         "trn2 and trn3 only, and trn1 keeps the older XLA-based torch-neuronx (torch-xla, neuron_parallel_compile). "
+         "This course and planner target trn2/trn3: use e.g. trn2.48xlarge.")
 
 
-def neuron_cores_per_node(instance: str) -> int:
-    """Logical NeuronCores (one process each) on one node of ``instance``, e.g. 64 on trn2.48xlarge.
-    From :data:`trnlab.instances.INSTANCES` (Neuron docs: 4 logical cores per Trainium2 chip at LNC=2); refuses trn1."""
-    try:
-        return get_instance(instance).cores_per_host
-    except PlanError as exc:
-        raise LaunchConfigError(str(exc)) from None
+@dataclass(frozen=True)
+class Instance:
+    """One Trainium machine (or UltraServer) as the planner sees it; ``hosts`` is its number of torchrun nodes.
+    ``logical_cores`` = chips x physical NeuronCores per chip / LNC, one rank each; ``hbm_per_core`` is the chip's HBM
+    split between them, before runtime overhead (docs: "approximately 24 GiB of HBM per rank" on trn2)."""
+
+    name: str
+    family: str                    # "trn2" or "trn3"
+    chips: int
+    hbm_per_chip_gib: int
+    physical_cores_per_chip: int = 8
+    lnc: int = 2                   # NEURON_LOGICAL_NC_CONFIG default on Trn2 and later
+    hosts: int = 1
+    source: str = ""
+
+    @property
+    def cores_per_chip(self) -> int:
+        return self.physical_cores_per_chip // self.lnc
+
+    @property
+    def logical_cores(self) -> int:
+        return self.chips * self.cores_per_chip
+
+    @property
+    def cores_per_host(self) -> int:
+        return self.logical_cores // self.hosts
+
+    @property
+    def hbm_per_core(self) -> int:  # bytes
+        return self.hbm_per_chip_gib * GiB // self.cores_per_chip
+
+    @property
+    def hbm_total(self) -> int:
+        return self.hbm_per_chip_gib * GiB * self.chips
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "logical_cores": self.logical_cores, "cores_per_host": self.cores_per_host,
+                "hbm_per_core_bytes": self.hbm_per_core, "hbm_total_bytes": self.hbm_total}
+
+
+#: Instances the native ``neuron`` device supports; each row's ``source`` is its Neuron docs page. Per chip: Trainium2
+#: 8 NeuronCore-v3, 96 GiB; Trainium3 8 NeuronCore-v4, 144 GiB; LNC=2 (logical NeuronCore config) gives 4 logical cores.
+INSTANCES: dict[str, Instance] = {inst.name: inst for inst in (
+    Instance("trn2.3xlarge", "trn2", chips=1, hbm_per_chip_gib=96, source=_TORCHNEURON_QUICKSTART_URL),
+    Instance("trn2.48xlarge", "trn2", chips=16, hbm_per_chip_gib=96, source=_TRN2_ARCH_URL),
+    Instance("trn2u.48xlarge", "trn2", chips=16, hbm_per_chip_gib=96, source=_TRN2_ARCH_URL),
+    Instance("trn2-ultraserver", "trn2", chips=64, hbm_per_chip_gib=96, hosts=4, source=_TRN2_ARCH_URL),
+    Instance("trn3-gen1-ultraserver", "trn3", chips=64, hbm_per_chip_gib=144, hosts=4, source=_TRN3_ARCH_URL),
+    Instance("trn3-gen2-ultraserver", "trn3", chips=144, hbm_per_chip_gib=144, hosts=36, source=_TRN3_ARCH_URL),
+)}
+
+
+def get_instance(name: str | Instance) -> Instance:
+    """The :class:`Instance` called ``name`` (e.g. ``"trn2.48xlarge"``), from :data:`INSTANCES`.
+    Raises :class:`PlanError` for trn1, saying why, and for unknown names, listing the rest."""
+    if isinstance(name, Instance):
+        return name
+    key = str(name).strip().lower()
+    if key in INSTANCES:
+        return INSTANCES[key]
+    if key.startswith(("trn1.", "trn1n.")):
+        raise PlanError(f"{name}: {_TRN1}")
+    raise PlanError(f"unknown instance {name!r}: use one of {', '.join(INSTANCES)} "
+                    f"(figures from the Neuron docs; trn1 is not supported by the native neuron device).")
+
+
+# The mesh: does a DistributedConfig layout fit the processes and the model
+_TP_DIMENSIONS = (("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads"),
+                  ("intermediate_size", "MLP width (intermediate_size)"))  # what TP splits, as a message names it
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _tp_dimensions(config) -> dict[str, int]:
+    """The widths of ``config`` that tensor parallelism splits: ``{"num_attention_heads": 32, ...}``."""
+    text = text_config(config)
+    return {attr: getattr(text, attr) for attr, _ in _TP_DIMENSIONS if isinstance(getattr(text, attr, None), int)}
+
+
+def _tp_misfits(dims: dict[str, int], tp_size: int) -> list[tuple[str, str, int]]:
+    """``(attribute, label, value)`` of each width in ``dims`` that ``tp_size`` does not divide."""
+    return [(attr, label, dims[attr]) for attr, label in _TP_DIMENSIONS if attr in dims and dims[attr] % tp_size]
+
+
+def _tp_sizes_that_fit(dims: dict[str, int], world_size: int) -> list[int]:
+    """The divisors of ``world_size`` that divide every width in ``dims``: the tp sizes that work."""
+    return [t for t in _divisors(world_size) if all(v % t == 0 for v in dims.values())]
+
+
+def _tp_problem(config, tp_size: int, world_size: int) -> str | None:
+    """Why ``config`` cannot take tensor-parallel size ``tp_size`` on ``world_size`` ranks (``None``: it can)."""
+    dims = _tp_dimensions(config)
+    if not (bad := _tp_misfits(dims, tp_size)):
+        return None
+    what = ", ".join(f"{label} = {value}" for _, label, value in bad)
+    return (f"tp_size={tp_size} does not divide the model's {what}: each tensor-parallel rank must get whole heads and "
+            f"an equal slice. Use tp_size in {_tp_sizes_that_fit(dims, world_size)} (and fsdp_size = {world_size} // "
+            f"tp_size), or a model whose heads divide by {tp_size}.")
+
+
+def _mesh_sizes(tp_size, fsdp_size) -> tuple[int, int] | None:
+    """``(tp_size, fsdp_size)``, 1 for one not given, ``None`` for neither; 0 or less is refused, never read as 1."""
+    if tp_size is None and fsdp_size is None:
+        return None
+    return (1 if tp_size is None else whole_number("tp_size", tp_size),
+            1 if fsdp_size is None else whole_number("fsdp_size", fsdp_size))
+
+
+def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 1, *, dp_replicate_size: int = 1,
+                            pp_size: int = 1, model_config=None, check_model: bool = True) -> dict:
+    """Check a ``DistributedConfig`` layout against the launch and ``model_config`` (``None``: the course model).
+    The sizes' product must equal ``world_size``; heads, KV heads and ``intermediate_size`` divide by ``tp_size``,
+    layers by ``pp_size``, a tied vocabulary by ``tp_size * fsdp_size``. Returns the sizes, else :class:`PlanError`."""
+    sizes = {name: whole_number(name, value) for name, value in (
+        ("pp_size", pp_size), ("dp_replicate_size", dp_replicate_size), ("fsdp_size", fsdp_size), ("tp_size", tp_size))}
+    if (product := math.prod(sizes.values())) != world_size:  # say which sizes would do
+        pp_size, dp_replicate_size = sizes["pp_size"], sizes["dp_replicate_size"]
+        used = " * ".join(f"{k}={sizes[k]}" for k in ("tp_size", "fsdp_size", "dp_replicate_size", "pp_size")
+                          if sizes[k] != 1 or k in ("tp_size", "fsdp_size"))
+        pairs = [f"tp_size={t}, fsdp_size={world_size // t}" for t in _divisors(world_size)
+                 if world_size % (t * pp_size * dp_replicate_size) == 0][:4]
+        raise PlanError(f"{used} = {product}, but the launch has {world_size} process(es): the mesh needs exactly one "
+                        f"process per position. Either launch {product} processes (nproc_per_node * nnodes = "
+                        f"{product}), or change the sizes so their product is {world_size}"
+                        + (f" (e.g. {'; '.join(pairs)})." if pairs and pp_size == dp_replicate_size == 1 else "."))
+    if not check_model:
+        return sizes
+    config = model_config  # a config passes through, else trnlab.load_config reads it
+    if not (hasattr(config, "num_attention_heads") or hasattr(config, "get_text_config")):
+        try:
+            config = load_config(model_config)
+        except (PlanError, OSError) as exc:  # OSError: a model that is not here (NotAvailableError)
+            raise PlanError(f"cannot check the mesh against model {model_config!r}: {exc}") from None
+    if problem := _tp_problem(config, tp_size, world_size):
+        raise PlanError(problem)
+    text = text_config(config)
+    vocab, shards = getattr(text, "vocab_size", None), tp_size * fsdp_size
+    tied = getattr(config, "tie_word_embeddings", getattr(text, "tie_word_embeddings", False))
+    if tied and fsdp_size * dp_replicate_size > 1 and isinstance(vocab, int) and vocab % shards:
+        raise PlanError(f"vocab_size={vocab} does not divide by tp_size * fsdp_size = {shards}: the tied embedding's "
+                        f"rows would be split unevenly, and with tied embeddings under FSDP2 (Transformers 5.24) the "
+                        f"padded ranks train lm_head from a stale copy, so the loss silently drifts from a one-process "
+                        f"run. Pad the vocabulary first: trnlab.distributed.pad_vocabulary(model, folder, multiple=64) "
+                        f"(any multiple of {shards}), or use fsdp_size=1.")
+    layers = getattr(text, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers % pp_size:
+        raise PlanError(f"pp_size={pp_size} does not divide num_hidden_layers={layers}: use pp_size in "
+                        f"{_divisors(layers)}.")
+    return sizes
 
 
 # How many processes, which backend
-
-def _default_nproc(nproc_per_node, sizes, neuron_cores) -> int | None:
-    """The process count asked for: given, else ``tp * fsdp``, else one per named core, else ``None``."""
-    if nproc_per_node is not None:
-        return nproc_per_node
-    if sizes is not None:
-        return math.prod(sizes)
-    if neuron_cores is not None:
-        return len(parse_neuron_cores(neuron_cores, "neuron_cores") if isinstance(neuron_cores, str)
-                   else list(neuron_cores))
-    return None
-
-
-def _planned_rank_cores(plan: ProcessPlan, neuron_cores=None) -> list[int] | None:
-    """The ranks' cores for ``plan`` when they need one each from us (:func:`needs_rank_cores`), else ``None``."""
-    if not needs_rank_cores(plan.device, neuron_cores):
-        return None
-    return rank_neuron_cores(plan.nproc_per_node, neuron_cores, visible=plan.devices_visible)
+_DIST_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}  # Transformers' DISTRIBUTED_BACKEND_MAP agrees
+_CPU_DEFAULT_PROCESSES = 2  # when nothing asks for more: enough to show a mesh, few enough for a laptop
 
 
 @dataclass
@@ -74,171 +214,131 @@ class ProcessPlan:
     env: dict[str, str] = field(default_factory=dict)  # set for every worker
 
     def __str__(self) -> str:
-        return (f"{self.nproc_per_node} process(es) on {self.device}, backend {self.dist_backend}: "
-                f"{self.reason}")
-
-
-def _device_type(device) -> str | None:
-    """``"cuda"`` from ``torch.device("cuda:0")``, ``"cuda:1"`` or ``"cuda"``; ``None`` for ``None``/``"auto"``."""
-    if device is None:
-        return None
-    text = (getattr(device, "type", None) or str(device)).split(":")[0].strip().lower()
-    return None if text in ("", "auto") else text
+        return f"{self.nproc_per_node} process(es) on {self.device}, backend {self.dist_backend}: {self.reason}"
 
 
 def _cpu_plan(nproc: int | None, note: str = "") -> ProcessPlan:
     """gloo CPU processes sharing this machine's cores; accelerators here are hidden from the ranks."""
     cpus = os.cpu_count() or 1
-    chosen = nproc or CPU_DEFAULT_PROCESSES
+    chosen = nproc or _CPU_DEFAULT_PROCESSES
     threads = max(1, cpus // chosen)
-    env = {"OMP_NUM_THREADS": str(threads)}
-    hidden = []
+    hidden = {}
     if backend_available("cuda"):
-        env["CUDA_VISIBLE_DEVICES"] = ""           # Transformers would otherwise bind each rank to a GPU
-        hidden.append("CUDA_VISIBLE_DEVICES=''")
+        hidden["CUDA_VISIBLE_DEVICES"] = ""  # Transformers would otherwise bind each rank to a GPU
     if backend_available("neuron"):
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # torch would otherwise autoload TorchNeuron in each rank
-        hidden.append("TORCH_DEVICE_BACKEND_AUTOLOAD=0")
-    reason = note or "no accelerator, so "
-    reason += (f"{chosen} CPU processes talk over gloo with OMP_NUM_THREADS={threads} each "
-               f"({cpus} core(s) here)")
+        hidden["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # torch would otherwise autoload TorchNeuron in each rank
+    reason = (f"{note or 'no accelerator, so '}{chosen} CPU processes talk over gloo with OMP_NUM_THREADS={threads} "
+              f"each ({cpus} core(s) here)")
     if hidden:
-        reason += f"; the ranks get {' and '.join(hidden)}, so they stay on the CPU"
+        shown = " and ".join(f"{name}={value or repr(value)}" for name, value in hidden.items())
+        reason += f"; the ranks get {shown}, so they stay on the CPU"
     if chosen > cpus:
         reason += "; more processes than cores, fine for a tiny model, slow for a real one"
-    return ProcessPlan("cpu", "gloo", chosen, cpus, reason, env)
+    return ProcessPlan("cpu", "gloo", chosen, cpus, reason, {"OMP_NUM_THREADS": str(threads), **hidden})
 
 
 def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
     """Choose the process count and torch.distributed backend for this machine, as a :class:`ProcessPlan`.
-    One per visible NeuronCore (``neuron``) or GPU (``nccl``), else :data:`CPU_DEFAULT_PROCESSES` on ``gloo``; ``nproc``
-    asks for a number, ``device`` for a kind. More ranks than visible NeuronCores raises :class:`LaunchConfigError`."""
-    device = _device_type(device) or detect_backend()
-    if device not in DIST_BACKENDS:
-        raise LaunchConfigError(f"unknown device {device!r}: use one of {', '.join(DIST_BACKENDS)}")
-    if nproc is not None and nproc < 1:
-        raise LaunchConfigError(f"nproc={nproc}: launch at least one process")
+    One per visible NeuronCore (``neuron``) or GPU (``nccl``), else 2 CPU processes on ``gloo``; ``nproc`` asks for a
+    number, ``device`` for a kind. More ranks than visible NeuronCores raises :class:`PlanError`."""
+    # "cuda" from torch.device("cuda:0"), "cuda:1" or "cuda"; None and "auto" mean what this machine has.
+    device = (getattr(device, "type", None) or str(device or "")).split(":")[0].strip().lower()
+    device = detect_backend() if device in ("", "auto") else device
+    if device not in _DIST_BACKENDS:
+        raise SettingError(f"unknown device {device!r}: use one of {', '.join(_DIST_BACKENDS)}")
+    nproc = None if nproc is None else whole_number("nproc", nproc)
     if device == "cpu":
         return _cpu_plan(nproc, "" if detect_backend() == "cpu" else "device cpu was asked for, so ")
     if device == "neuron" and getattr(neuron_module(), "standin", False):
         return _cpu_plan(nproc, "fell back to CPU: the STAND-IN neuron device has no collectives (no `neuron` "
                                 "process group), so ")
-
     if not backend_available(device):
-        raise LaunchConfigError(f"device={device!r} was requested but this machine has none: "
-                                f"leave device=None to use what is here")
+        raise SettingError(f"device={device!r} was requested but this machine has none: leave device=None to use what "
+                           "is here")
     if device == "neuron":
-        from_env = visible_neuron_cores()
-        visible = from_env if from_env is not None else device_count("neuron")
-        source = (f"{VISIBLE_CORES_VAR}={visible_cores_setting()}" if from_env is not None
-                  else "torch.neuron.device_count()")
+        from_env = _visible_cores_setting()
+        visible = len(_parse_core_list(from_env)) if from_env else device_count("neuron")
+        source = f"{_VISIBLE_CORES_VAR}={from_env}" if from_env else "torch.neuron.device_count()"
         what = "NeuronCore"
     else:
-        visible, source, what = device_count("cuda"), "torch.cuda.device_count()", "GPU"
+        from_env, visible, source, what = None, device_count("cuda"), "torch.cuda.device_count()", "GPU"
     chosen = nproc or visible
     if chosen > visible and device == "cuda":
         return _cpu_plan(chosen, f"fell back to CPU: {chosen} ranks need {chosen} GPUs, one each, but {source} "
                                  f"gives {visible}, so ")
     if chosen > visible:
-        hint = "widen NEURON_RT_VISIBLE_CORES, " if from_env is not None else ""
-        raise LaunchConfigError(
-            f"{chosen} processes need {chosen} {what}s but {source} gives {visible}: {hint}"
-            f"lower tp_size * fsdp_size to at most {visible}, add nodes (nnodes), or pass device='cpu' "
-            f"for gloo CPU processes.")
+        hint = "widen NEURON_RT_VISIBLE_CORES, " if from_env else ""
+        raise PlanError(f"{chosen} processes need {chosen} {what}s but {source} gives {visible}: {hint}lower "
+                        f"tp_size * fsdp_size to at most {visible}, add nodes (nnodes), or pass device='cpu' for "
+                        f"gloo CPU processes.")
     reason = f"one process per {what}, {visible} visible ({source})"
     if chosen < visible:
         reason += f"; {visible - chosen} left idle because the mesh needs {chosen}"
-    return ProcessPlan(device, DIST_BACKENDS[device], chosen, visible, reason)
+    return ProcessPlan(device, _DIST_BACKENDS[device], chosen, visible, reason)
 
 
 # Commands
-
 def _script_argv(script, script_args=(), module: bool = False) -> list[str]:
     return (["-m", str(script)] if module else [str(script)]) + [str(a) for a in script_args]
 
 
-def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, nnodes: int = 1,
-                     node_rank: int = 0, rdzv_endpoint: str | None = None,
-                     rdzv_backend: str = "static", rdzv_id: str = "trnlab", module: bool = False,
-                     python: str | None = None, tee: bool = True, neuron_cores=None) -> list[str]:
+def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, nnodes: int = 1, node_rank: int = 0,
+                     rdzv_endpoint: str | None = None, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
+                     module: bool = False, python: str | None = None, tee: bool = True, neuron_cores=None) -> list[str]:
     """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting).
     One node without ``rdzv_endpoint`` runs ``--standalone``; ``rdzv_backend`` is ``"static"`` or ``"c10d"``;
     ``python="torchrun"`` writes the console script; ``neuron_cores="4-7"`` gives local rank ``i`` the ``i``-th core."""
-    if nproc_per_node is None:
-        nproc_per_node = plan_processes().nproc_per_node
-    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise LaunchConfigError(f"nproc_per_node={nproc_per_node!r}: give a whole number of processes >= 1")
-    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
-        raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
-    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
-        raise LaunchConfigError(f"node_rank={node_rank!r} with nnodes={nnodes}: node ranks run from 0 to "
-                                f"{nnodes - 1}, one per node")
+    nproc_per_node = whole_number("nproc_per_node", plan_processes().nproc_per_node if nproc_per_node is None
+                                  else nproc_per_node)
+    whole_number("nnodes", nnodes)
+    if whole_number("node_rank", node_rank, 0) >= nnodes:
+        raise SettingError(f"node_rank={node_rank!r} with nnodes={nnodes}: node ranks run from 0 to "
+                           f"{nnodes - 1}, one per node")
     cmd = ["torchrun"] if python == "torchrun" else [python or sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1 and rdzv_endpoint is None:
         cmd += ["--standalone"]
+    elif rdzv_endpoint is None or ":" not in rdzv_endpoint:
+        raise SettingError(f"a multi-node run needs rdzv_endpoint='HOST:PORT': the address of node 0 and a free port "
+                           f"every node can reach, got {rdzv_endpoint!r}")
+    elif rdzv_backend == "static":
+        host, _, port = rdzv_endpoint.rpartition(":")
+        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}", f"--master-port={port}"]
+    elif rdzv_backend == "c10d":
+        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
     else:
-        if rdzv_endpoint is None or ":" not in rdzv_endpoint:
-            raise LaunchConfigError("a multi-node run needs rdzv_endpoint='HOST:PORT' on node 0, "
-                                    f"got {rdzv_endpoint!r}")
-        if rdzv_backend == "static":
-            host, _, port = rdzv_endpoint.rpartition(":")
-            cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}",
-                    f"--master-port={port}"]
-        elif rdzv_backend == "c10d":
-            cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-                    f"--rdzv-id={rdzv_id}"]
-        else:
-            raise LaunchConfigError(f"rdzv_backend={rdzv_backend!r}: use 'static' or 'c10d'")
+        raise SettingError(f"rdzv_backend={rdzv_backend!r}: use 'static' or 'c10d'")
     cmd += [f"--nproc-per-node={nproc_per_node}"]
     if tee:
         cmd += ["--tee=3"]
-    if neuron_cores is not None:
-        cores = rank_neuron_cores(nproc_per_node, neuron_cores)  # the first nproc_per_node of them
-        cmd += ["-m", "trnlab.rank_cores", format_core_list(cores)]
+    if neuron_cores is not None:  # the first nproc_per_node of them, one per rank
+        cmd += ["-m", "trnlab.rank_cores", _format_core_list(rank_neuron_cores(nproc_per_node, neuron_cores))]
     return cmd + _script_argv(script, script_args, module)
 
 
-def multinode_commands(script, script_args=(), *, nnodes: int, nproc_per_node: int | None = None,
-                       rdzv_endpoint: str | None = None, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
-                       module: bool = False, python: str | None = "torchrun",
-                       tee: bool = False, neuron_cores=None) -> list[list[str]]:
-    """One ``torchrun`` command per node (list index = ``--node-rank``), from one node up.
-    With two or more nodes, node 0 hosts the rendezvous at ``rdzv_endpoint`` (``HOST:PORT`` every node can reach);
-    ``neuron_cores`` applies on every node. Raises :class:`LaunchConfigError` without an endpoint."""
-    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
-        raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
-    if nnodes > 1 and rdzv_endpoint is None:
-        raise LaunchConfigError(f"a run on {nnodes} nodes needs rdzv_endpoint='HOST:PORT': the address of "
-                                "node 0 and a free port every node can reach")
-    return [torchrun_command(script, script_args, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                             node_rank=i, rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend,
-                             rdzv_id=rdzv_id, module=module, python=python, tee=tee,
-                             neuron_cores=neuron_cores)
-            for i in range(nnodes)]
+def multinode_commands(script, script_args=(), *, nnodes: int, python: str | None = "torchrun", tee: bool = False,
+                       **options) -> list[list[str]]:
+    """One ``torchrun`` command per node (index = ``--node-rank``), ``options`` as in :func:`torchrun_command`; from two
+    nodes on, node 0 hosts the rendezvous at ``rdzv_endpoint`` (``HOST:PORT``); ``neuron_cores`` apply on each node."""
+    return [torchrun_command(script, script_args, nnodes=nnodes, node_rank=i, python=python, tee=tee, **options)
+            for i in range(whole_number("nnodes", nnodes))]
 
 
 def _node_processes(instance: str, nproc_per_node: int | None, neuron_cores) -> tuple[int, list[int] | None]:
     """Processes per node of ``instance`` and their cores (``None``: all), refused where a node has too few."""
-    cores_per_node = neuron_cores_per_node(instance)  # refuses trn1 and unknown instances
-    cores = None
-    if neuron_cores is not None:
-        cores = (parse_neuron_cores(neuron_cores, "neuron_cores") if isinstance(neuron_cores, str)
-                 else rank_neuron_cores(len(list(neuron_cores)), list(neuron_cores)))
-        if not cores:
-            raise LaunchConfigError(f"neuron_cores={neuron_cores!r} names no core: list the cores each node's ranks "
-                                    "use (e.g. [0, 1] or '0-1'), or leave neuron_cores out for all of a node's cores")
-        if max(cores) >= cores_per_node:
-            raise LaunchConfigError(f"neuron_cores={neuron_cores!r} names core {max(cores)}, but a {instance} "
-                                    f"node has cores 0-{cores_per_node - 1}")
-    if nproc_per_node is None:
-        nproc_per_node = len(cores) if cores is not None else cores_per_node
-    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise LaunchConfigError(f"nproc_per_node={nproc_per_node!r}: give a whole number of processes >= 1")
+    cores_per_node = get_instance(instance).cores_per_host  # refuses trn1 and unknown instances
+    cores = None if neuron_cores is None else _listed_cores(neuron_cores)
+    if cores == []:
+        raise SettingError(f"neuron_cores={neuron_cores!r} names no core: list the cores each node's ranks use "
+                           "(e.g. [0, 1] or '0-1'), or leave neuron_cores out for all of a node's cores")
+    if cores and max(cores) >= cores_per_node:
+        raise PlanError(f"neuron_cores={neuron_cores!r} names core {max(cores)}, but a {instance} "
+                        f"node has cores 0-{cores_per_node - 1}")
+    nproc_per_node = whole_number("nproc_per_node", nproc_per_node if nproc_per_node is not None
+                                  else len(cores) if cores else cores_per_node)
     if nproc_per_node > cores_per_node:
-        raise LaunchConfigError(f"nproc_per_node={nproc_per_node}: a {instance} node has {cores_per_node} "
-                                f"NeuronCores, one process each. Use at most {cores_per_node} per node and "
-                                f"more nodes (nnodes) for more ranks.")
-    return nproc_per_node, cores
+        raise PlanError(f"nproc_per_node={nproc_per_node}: a {instance} node has {cores_per_node} NeuronCores, one "
+                        f"process each. Use at most {cores_per_node} per node and more nodes (nnodes) for more ranks.")
+    return nproc_per_node, None if cores is None else rank_neuron_cores(nproc_per_node, cores)
 
 
 def slurm_script(script, script_args=(), *, nnodes: int, instance: str = DEFAULT_INSTANCE,
@@ -246,24 +346,21 @@ def slurm_script(script, script_args=(), *, nnodes: int, instance: str = DEFAULT
                  venv: str | None = None, module: bool = False, neuron_cores=None) -> str:
     """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes, one torchrun per node.
     ``venv`` is activated on every node; ``neuron_cores`` limits every node to those cores (trnlab installed there).
-    Raises :class:`LaunchConfigError` for trn1 or more processes or cores than a node of ``instance`` has."""
-    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
-        raise LaunchConfigError(f"nnodes={nnodes!r}: give a whole number of nodes >= 1")
+    Raises :class:`PlanError` for trn1 or more processes or cores than a node of ``instance`` has."""
+    whole_number("nnodes", nnodes)
     nproc_per_node, cores = _node_processes(instance, nproc_per_node, neuron_cores)
     worker_argv = _script_argv(script, script_args, module)
+    cores_note = ""
     if cores is not None:
-        worker_argv = ["-m", "trnlab.rank_cores",
-                       format_core_list(rank_neuron_cores(nproc_per_node, cores))] + worker_argv
-    worker = shlex.join(worker_argv)
+        worker_argv = ["-m", "trnlab.rank_cores", _format_core_list(cores)] + worker_argv
+        cores_note = (f"\n# Each rank gets its own core of {_format_core_list(cores)} through trnlab.rank_cores "
+                      "(trnlab installed on every node).")
     activate = f"source {shlex.quote(venv + '/bin/activate')}\n" if venv else ""
     # The single-quoted part expands on each node, inside its own srun task ($SLURM_NODEID);
     # the script and its arguments follow as "$@", quoted once, here.
     per_node = ("'exec torchrun --nnodes=\"$SLURM_NNODES\" --node-rank=\"$SLURM_NODEID\" "
                 f"--master-addr=\"$HEAD_NODE\" --master-port={port} --nproc-per-node={nproc_per_node} "
                 "\"$@\"' torchrun-on-node")
-    cores_note = ("" if cores is None else "\n# Each rank gets its own core of "
-                  f"{format_core_list(rank_neuron_cores(nproc_per_node, cores))} through trnlab.rank_cores "
-                  "(trnlab installed on every node).")
     return f"""#!/bin/bash
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={nnodes}
@@ -273,65 +370,239 @@ def slurm_script(script, script_args=(), *, nnodes: int, instance: str = DEFAULT
 # {nnodes} x {instance}: {nproc_per_node} processes (NeuronCores) per node, {nnodes * nproc_per_node} ranks.{cores_note}
 set -euo pipefail
 {activate}export HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-srun --ntasks-per-node=1 bash -c {per_node} {worker}
+srun --ntasks-per-node=1 bash -c {per_node} {shlex.join(worker_argv)}
 """
 
 
-# Launching: these commands, handed to trnlab.runner
+# Running the commands: stream every rank's lines live, stop every process of the run
+_RANK_PREFIX_TEMPLATE = "[rank${rank}]: "  # torchrun prefixes each worker line with it (${rank}: the global rank)
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
+_TRACEBACK_START = "Traceback (most recent call last)"
+_LAUNCH_ID_VAR = "TRNLAB_LAUNCH_ID"  # marks every process of one launch, so none can be left behind
 
-def launch_command(script, script_args=(), *, nproc_per_node: int | None = None, device=None,
-                   tp_size: int | None = None, fsdp_size: int | None = None, model=None,
-                   env: dict[str, str] | None = None, module: bool = False, neuron_cores=None,
-                   python: str | None = None, tee: bool = True) -> tuple[list[str], dict[str, str], ProcessPlan]:
-    """The checked ``(cmd, env, plan)`` of a torchrun launch on this machine; nothing is started.
-    Takes :func:`launch`'s arguments (``python``/``tee`` as in :func:`torchrun_command`) and checks the mesh with
-    :func:`validate_parallel_sizes`; raises :class:`LaunchConfigError` for anything that does not fit."""
+
+@dataclass
+class LaunchResult:
+    """What one :func:`launch` produced: exit status, every line by rank, the failure if any; ``str()`` says it."""
+
+    commands: list[list[str]]  # one torchrun command per launcher (node)
+    returncode: int | None
+    seconds: float
+    rank_lines: dict[int, list[str]] = field(default_factory=dict)
+    timed_out: bool = False
+    failed_rank: int | None = None
+    traceback: str = ""
+
+    @property
+    def command(self) -> list[str]:
+        return self.commands[0]
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def lines(self, rank: int) -> list[str]:
+        """The lines rank ``rank`` printed, in order, without the prefix."""
+        return self.rank_lines.get(rank, [])
+
+    def __str__(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.seconds:.1f} s; every process of the run was stopped"
+        if self.ok:
+            return f"the run finished (exit status 0) in {self.seconds:.1f} s"
+        who = f"rank {self.failed_rank}" if self.failed_rank is not None else "a rank"
+        return f"{who} failed (exit status {self.returncode}); torchrun stopped the other ranks"
+
+
+def _check_timeouts(timeout, grace) -> None:
+    """Refuse a timeout or grace that is not a number of seconds > 0 (``timeout=None``: no limit)."""
+    for name, value, optional in (("timeout", timeout, True), ("grace", grace, False)):
+        if not (value is None and optional) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                                 or not value > 0):  # NaN is not > 0 either
+            raise SettingError(f"{name}={value!r}: give a number of seconds > 0"
+                               + (" (or timeout=None for no limit)" if optional else ""))
+
+
+def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | None, timeout, echo: bool,
+            stop_all) -> int | None:
+    """Show each line as it comes, sorted into ``result`` by rank, until every launcher's output ends; stop all on
+    timeout or failure. Returns the first rank that printed a traceback: the root cause."""
+    open_streams, many, first_traceback_rank = len(procs), len(procs) > 1, None
+    in_traceback = [False] * len(procs)
+    while open_streams:
+        remaining = None if deadline is None else max(0.01, deadline - time.monotonic())
+        try:
+            node, line = lines.get(timeout=remaining)
+        except queue.Empty:
+            result.timed_out = True
+            if echo:
+                print(f"[trnlab] TIMEOUT: the run did not end within {timeout:g} s (a hung collective? a rank "
+                      f"waiting for one that died?); stopping every process of the run.", flush=True)
+            stop_all()
+            return first_traceback_rank
+        if line is None:
+            open_streams -= 1
+            # One launcher failed: in a multi-node run the others would wait for it forever.
+            if many and procs[node].wait() != 0:
+                stop_all()
+        elif match := _RANK_LINE.match(line):
+            rank = int(match.group(1))
+            # torch prefixes a rank's own log records and tracebacks with "[rankN]:" too.
+            text = re.sub(rf"^\[rank{rank}\]: ?", "", match.group(2))
+            result.rank_lines.setdefault(rank, []).append(text)
+            if first_traceback_rank is None and text.startswith(_TRACEBACK_START):
+                first_traceback_rank = rank
+            if echo:
+                print(line, flush=True)
+        else:
+            # torchrun ends a failed run with its own Python traceback (ChildFailedError): show the rank's instead.
+            in_traceback[node] = in_traceback[node] or line.startswith(_TRACEBACK_START)
+            if echo and not in_traceback[node] and line.strip():
+                print(f"[torchrun node{node}] {line}" if many else f"[torchrun] {line}", flush=True)
+    return first_traceback_rank
+
+
+def _kill_marked(launch_id: str) -> bool:
+    """Kill every live process whose environment carries this launch's id; whether any was found."""
+    found = False
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):  # gone, a zombie, or not ours to read
+            if proc.pid != os.getpid() and proc.environ().get(_LAUNCH_ID_VAR) == launch_id:
+                proc.kill()
+                found = True
+    return found
+
+
+def _stop(proc: subprocess.Popen, launch_id: str, grace: float) -> None:
+    """SIGTERM torchrun's process group (it forwards it to the workers), SIGKILL it after ``grace`` s, then strays."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait)
+    # Workers run in their own sessions; anything still carrying our id is a stray.
+    deadline = time.monotonic() + 5
+    while _kill_marked(launch_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _run_commands(commands: list[list[str]], env: dict[str, str], timeout: float | None, grace: float,
+                  echo: bool) -> LaunchResult:
+    """Start every torchrun command at once, each in its own session, stream their merged lines, stop all on trouble
+    (``timeout`` in seconds, ``None``: no limit; SIGTERM, SIGKILL after ``grace`` s): no process of the run is left."""
+    launch_id, start = uuid.uuid4().hex, time.monotonic()
+    child_env = {**os.environ, **env, _LAUNCH_ID_VAR: launch_id, "PYTHONUNBUFFERED": "1",
+                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": _RANK_PREFIX_TEMPLATE}
+    child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun would set it too, with a banner
+    # The ranks import the same trnlab as this process, installed or not.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                              env=child_env, start_new_session=True) for cmd in commands]
+    lines: queue.Queue = queue.Queue()  # (node, line), then (node, None) at the end of its output
+
+    def read(node: int, proc: subprocess.Popen):
+        for line in proc.stdout:
+            lines.put((node, line.rstrip("\n")))
+        lines.put((node, None))
+
+    readers = [threading.Thread(target=read, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    result = LaunchResult(commands=commands, returncode=None, seconds=0.0)
+
+    def stop_all():
+        for proc in procs:
+            _stop(proc, launch_id, grace)
+
+    try:
+        first_traceback_rank = _stream(procs, lines, result, None if timeout is None else start + timeout, timeout,
+                                       echo, stop_all)
+    except BaseException:  # KeyboardInterrupt (the notebook's stop button) included
+        stop_all()
+        raise
+    finally:  # wait for the launchers (stopping any that linger), kill stragglers, end the reader threads
+        for proc in procs:
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                stop_all()
+        _kill_marked(launch_id)
+        for reader in readers:
+            reader.join(timeout=5)
+    result.seconds = time.monotonic() - start
+    result.returncode = next((c for c in (p.returncode for p in procs) if c != 0), 0)
+    if not result.ok and not result.timed_out and first_traceback_rank is not None:
+        # The rank that raised first, with its traceback: torchrun stopped the others after it, without one.
+        result.failed_rank, said = first_traceback_rank, result.lines(first_traceback_rank)
+        starts = [i for i, line in enumerate(said) if line.startswith(_TRACEBACK_START)]
+        result.traceback = "\n".join(said[starts[-1]:] if starts else said[-20:])
+    if echo:
+        print(f"[trnlab] {result}", flush=True)
+        if result.traceback:
+            print(f"[trnlab] traceback of rank {result.failed_rank}:\n{result.traceback}", flush=True)
+    return result
+
+
+# Launching
+def _launch_command(script, script_args=(), *, nproc_per_node=None, device=None, tp_size=None, fsdp_size=None,
+                    model=None, neuron_cores=None, **options) -> tuple[list[str], ProcessPlan]:
+    """The checked torchrun command of :func:`launch` on this machine, and its :class:`ProcessPlan`; nothing starts."""
     sizes = _mesh_sizes(tp_size, fsdp_size)
-    plan = plan_processes(_default_nproc(nproc_per_node, sizes, neuron_cores), device)
+    if nproc_per_node is None and sizes is not None:
+        nproc_per_node = math.prod(sizes)
+    elif nproc_per_node is None and neuron_cores is not None:
+        nproc_per_node = len(_listed_cores(neuron_cores))
+    plan = plan_processes(nproc_per_node, device)
     if sizes is not None:
         validate_parallel_sizes(plan.nproc_per_node, *sizes, model_config=model)
-    cmd = torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, module=module,
-                           python=python, tee=tee, neuron_cores=_planned_rank_cores(plan, neuron_cores))
-    return cmd, {**plan.env, **(env or {})}, plan
+    # TorchNeuron sets NEURON_RT_VISIBLE_CORES=LOCAL_RANK in each rank when it is unset (source snapshot,
+    # trainium-facts), so only a subset needs trnlab.rank_cores: neuron_cores given, or the variable set here.
+    if neuron_cores is None and plan.device == "neuron":
+        neuron_cores = _visible_cores_setting()
+    return torchrun_command(script, script_args, nproc_per_node=plan.nproc_per_node, neuron_cores=neuron_cores,
+                            **options), plan
 
 
 def launch(script, script_args=(), *, nproc_per_node: int | None = None, device: str | None = None,
-           tp_size: int | None = None, fsdp_size: int | None = None, model=None,
-           timeout: float | None = 600.0, env: dict[str, str] | None = None, module: bool = False,
-           echo: bool = True, check: bool = False, grace: float = 15.0, neuron_cores=None) -> LaunchResult:
+           tp_size: int | None = None, fsdp_size: int | None = None, model=None, timeout: float | None = 600.0,
+           env: dict[str, str] | None = None, module: bool = False, echo: bool = True, check: bool = False,
+           grace: float = 15.0, neuron_cores=None) -> LaunchResult:
     """Run ``script`` under ``torchrun`` on this machine, streaming every rank's lines live; a :class:`LaunchResult`.
-    Bad input raises :class:`LaunchConfigError` before anything starts, ``check=True`` a failed run :class:`LaunchError`;
-    on all NeuronCores TorchNeuron gives each rank its own core (pre-release source snapshot), on a subset trnlab does."""
-    check_timeouts(timeout, grace)
-    cmd, child_env, plan = launch_command(script, script_args, nproc_per_node=nproc_per_node, device=device,
-                                          tp_size=tp_size, fsdp_size=fsdp_size, model=model, env=env,
-                                          module=module, neuron_cores=neuron_cores)
+    Bad input raises :class:`SettingError` before anything starts, ``check=True`` a failed run :class:`LaunchError`;
+    on all NeuronCores TorchNeuron gives each rank its own core (pre-release source snapshot); on a subset, trnlab."""
+    _check_timeouts(timeout, grace)
+    cmd, plan = _launch_command(script, script_args, nproc_per_node=nproc_per_node, device=device, tp_size=tp_size,
+                                fsdp_size=fsdp_size, model=model, module=module, neuron_cores=neuron_cores)
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
-        notice = core_holders_notice() if plan.device == "neuron" else None
-        if notice:
-            print(notice, flush=True)
-    result = run_commands([cmd], child_env, timeout, grace, echo)
+        listing = neuron_ls_output() if plan.device == "neuron" else None
+        if neuron_core_holders(listing):
+            print(f"[trnlab] {core_holders_notice(listing, 'neuron')}", flush=True)
+    result = _run_commands([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)
     if check and not result.ok:
-        raise LaunchError(result.describe() + (f"\n{result.traceback}" if result.traceback else ""), result)
+        error = LaunchError(str(result) + (f"\n{result.traceback}" if result.traceback else ""))
+        error.result = result
+        raise error
     return result
 
 
 def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_node: int = 1,
-                          rdzv_backend: str = "static", timeout: float | None = 300.0,
-                          env: dict[str, str] | None = None, module: bool = False,
-                          echo: bool = True, grace: float = 15.0) -> LaunchResult:
+                          rdzv_backend: str = "static", timeout: float | None = 300.0, env: dict | None = None,
+                          module: bool = False, echo: bool = True, grace: float = 15.0) -> LaunchResult:
     """Rehearse a multi-node run on this machine: ``nnodes`` torchrun launchers on 127.0.0.1.
     They get the :func:`multinode_commands` a cluster would and form one gloo job; handling is :func:`launch`'s."""
-    check_timeouts(timeout, grace)
-    endpoint = f"127.0.0.1:{free_port()}"
+    _check_timeouts(timeout, grace)
+    with socket.socket() as sock:  # a port free right now, for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     commands = multinode_commands(script, script_args, nnodes=nnodes, nproc_per_node=nproc_per_node,
-                                  rdzv_endpoint=endpoint, rdzv_backend=rdzv_backend,
-                                  rdzv_id=f"loopback-{uuid.uuid4().hex[:8]}", module=module,
-                                  python=None, tee=True)
+                                  rdzv_endpoint=f"127.0.0.1:{port}", rdzv_backend=rdzv_backend,
+                                  rdzv_id=f"loopback-{uuid.uuid4().hex[:8]}", module=module, python=None, tee=True)
     plan = plan_processes(nnodes * nproc_per_node, "cpu")
     if echo:
         for node, cmd in enumerate(commands):
             print(f"$ {shlex.join(cmd)}    # node {node}", flush=True)
-    return run_commands(commands, {**plan.env, **(env or {})}, timeout, grace, echo)
-
+    return _run_commands(commands, {**plan.env, **(env or {})}, timeout, grace, echo)

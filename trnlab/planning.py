@@ -1,57 +1,392 @@
-"""Plan a real run: the ``(tp, fsdp)`` mesh that fits a Trainium instance, and why.
-
-Notebook 05 trains the tiny course model on a 2 x 2 mesh of CPU processes. Before running a
-real Qwen3 model on a trn2 or trn3 instance, the same question has a number for an answer:
-which ``DistributedConfig(tp_size, fsdp_size)`` fits? :func:`plan_mesh` asks the memory model
-(:func:`trnlab.plan_memory`, :mod:`trnlab.memory_model`) for the bytes per rank of every mesh
-it tries, and lays the job out the way Neuron's training best practices do:
-
-* FSDP alone if it fits, else tensor parallelism inside one chip ("Keep TP4 within a chip")
-  with FSDP between chips, the least activation checkpointing that fits, TP across chips only
-  as a last resort; serving uses independent replicas without FSDP;
-* meshes the model or the launch cannot take are rejected
-  (:func:`trnlab.mesh.validate_parallel_sizes`);
-* when nothing fits, it says what would (more nodes, a larger instance, a smaller batch,
-  checkpointing), each computed, not guessed.
-
-``python -m trnlab plan --model Qwen/Qwen3-8B --instance trn2.48xlarge [--train]`` prints the
-same (:mod:`trnlab.cli.plan`); it works offline for the Qwen3 configs shipped in
-``trnlab/assets/configs``. The instance table is :mod:`trnlab.instances`; the text and the plot of
-a plan are :func:`trnlab.format_plan` and :func:`trnlab.plot_memory_plan`. Used by notebook 06.
-"""
+"""Plan a real run: the bytes one rank holds (:func:`plan_memory`) and the ``(tp, fsdp)`` mesh that fits a Trainium
+instance, with why (:func:`plan_mesh`). Parameters are split exactly as Transformers shards them (the model built on the
+meta device); activations are estimates (the ``*_FORMULA`` constants). Notebook 06 and ``python -m trnlab plan``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+import re
+from collections import namedtuple
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
-from trnlab.instances import INSTANCES, GiB, Instance, PlanError, get_instance
-from trnlab.memory_model import (CHECKPOINTING, COMPONENT_SHORT_LABELS, COMPONENTS, MemoryPlan, checkpointed_layers,
-                                 checkpointing_label, checkpointing_mode, dtype_name, every_nth_layer, plan_memory,
-                                 recompute_fraction, workload_name)
-from trnlab.mesh import LaunchConfigError, divisors, tp_dimensions, tp_sizes_that_fit, validate_parallel_sizes
-from trnlab.settings import DEFAULT_INSTANCE
-from trnlab.sharding import config_and_label, model_spec, tp_problem
+from trnlab.launcher import (GiB, INSTANCES, Instance, _divisors, _tp_dimensions, _tp_misfits, _tp_sizes_that_fit,
+                             get_instance, validate_parallel_sizes)
+from trnlab.models import SHIPPED_MODELS, load_config
+from trnlab.settings import DEFAULT_INSTANCE, PlanError
 
-__all__ = ["AWS_QWEN3_8B_RECIPE", "TORCHTITAN_TUTORIAL_URL", "TRAINING_BEST_PRACTICES_URL", "MeshCandidate",
-           "MeshPlan", "plan_mesh"]
-
-#: Neuron's training guidance the mesh advice follows.
-TRAINING_BEST_PRACTICES_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/best-practices.html"
-#: Neuron's TorchTitan training tutorial (the layer-level selective checkpointing the planner models).
-TORCHTITAN_TUTORIAL_URL = ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/torchtitan/tutorials/"
-                           "tutorial-basic-training.html")
+__all__ = ["BACKWARD_PER_FORWARD", "CHECKPOINTING", "INFERENCE_ACTIVATION_FORMULA", "SELECTIVE_ACTIVATION_FORMULA",
+           "TRAIN_ACTIVATION_FORMULA", "MemoryPlan", "MeshPlan", "format_plan", "plan_memory", "plan_mesh",
+           "plot_memory_plan", "recompute_fraction"]
 
 
-# ---------------------------------------------------------------------------------------------
+def _config(model):
+    """The config a plan reads, its fields checked; a model that is neither here nor on the hub is a PlanError."""
+    try:
+        return load_config(model, required=True)
+    except OSError as exc:
+        raise PlanError(f"no config for {model!r}: it is not one of the shipped configs ({', '.join(SHIPPED_MODELS)}), "
+                        f"not a local folder or config.json, and the hub did not give it ({exc})") from exc
+
+
+def _whole(name: str, value) -> int:
+    """Refuse a size that is not a whole number >= 1."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PlanError(f"{name}={value!r}: a whole number >= 1")
+    return value
+
+
+def _choice(value, table: dict, error: str):
+    """``table[value]`` (a string stripped and lowered first), else a PlanError saying ``error``."""
+    try:
+        return table[value.strip().lower() if isinstance(value, str) else value]
+    except (KeyError, TypeError):
+        raise PlanError(error) from None
+
+
+# The model as Transformers shards it
+
+#: TP styles (Transformers' ALL_PARALLEL_STYLES) by the dim of a weight they split; the others are replicated.
+_COLWISE = {"colwise", "colwise_rep", "colwise_gather_output", "packed_colwise"}
+_ROWWISE = {"rowwise", "rowwise_split_input", "rowwise_rep", "packed_rowwise"}
+_REPLICATED = {"replicated_with_grad_allreduce", "replicate", "all_reduce", "sequence_parallel", "local_params"}
+
+
+def _tp_split_dim(style: str | None, param_name: str, ndim: int) -> int | None:
+    """The dim a TP style splits a weight along (None: replicated); an unknown style is a PlanError."""
+    if style is None or style in _REPLICATED:
+        return None
+    if style in _COLWISE:
+        return (ndim - 2) % ndim          # ColwiseParallel.shard_param: Shard(ndim - 2)
+    if style in _ROWWISE:
+        return None if param_name.endswith("bias") else ndim - 1   # bias replicated
+    if style in ("embedding_rowwise", "embedding_colwise"):
+        return int(style == "embedding_colwise")
+    raise PlanError(f"TP style {style!r} (on {param_name}) is not modelled by the planner "
+                    f"(dense models only: colwise, rowwise, embedding, replicated styles)")
+
+
+def _style_of(param_name: str, plan: dict) -> str | None:
+    """The TP style the model's plan gives a parameter (its own rule, else its module's), or None."""
+    # Transformers' replace_layer_number_by_wildcard ("layers.3.mlp" -> "layers.*.mlp"), then _get_parameter_plan.
+    generic = re.sub(r"\.\d+(\.|$)", lambda m: ".*" + m.group(1), param_name)
+    return plan.get(generic) or plan.get(generic.rsplit(".", 1)[0])
+
+
+#: One parameter: full shape, TP style, and the piece one rank holds (the largest rank's): ``tp_shape`` after tensor
+#: parallelism (ceil: the first ranks hold the bigger piece), ``local_shape`` after FSDP2 on its dim 0, padded to ceil.
+TensorShard = namedtuple("TensorShard", "name shape tp_style tp_shape local_shape")
+#: What the planner reads once from the model built on the meta device: ``params`` as ``(name, shape, tp_style, layer
+#: or None)`` (tied weights once), ``keep_full`` (what FSDP keeps gathered), ``dims`` (hidden, heads, ...).
+_ModelSpec = namedtuple("_ModelSpec", "params keep_full dims")
+
+
+def _shards(spec: _ModelSpec, tp: int, fsdp: int) -> list[TensorShard]:
+    """The piece of every parameter one rank holds under ``(tp, fsdp)`` (the largest rank's, padded)."""
+    out = []
+    for name, shape, style, _layer in spec.params:
+        dim = _tp_split_dim(style, name, len(shape)) if tp > 1 else None
+        tp_shape = list(shape)
+        if dim is not None:
+            tp_shape[dim] = -(-shape[dim] // tp)
+        local = list(tp_shape)
+        if fsdp > 1 and local:
+            local[0] = -(-local[0] // fsdp)   # FSDP2: Shard(0) of the local piece, padded to ceil
+        out.append(TensorShard(name, tuple(shape), style if tp > 1 else None, tuple(tp_shape), tuple(local)))
+    return out
+
+
+@lru_cache(maxsize=32)
+def _spec_from_json(config_json: str, model_type: str) -> _ModelSpec:
+    """Build the model on the meta device from its config values and read its :class:`_ModelSpec` (cached)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type, **json.loads(config_json))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    plan, text = dict(model.tp_plan or {}), config.get_text_config()
+    params = []
+    for name, p in model.named_parameters():   # tied weights appear once
+        layer = re.search(r"\.layers\.(\d+)\.", name)
+        params.append((name, tuple(p.shape), _style_of(name, plan), int(layer.group(1)) if layer else None))
+    keep = set()
+    for module_name, style in (model.fsdp_plan or {}).items():
+        if style == "keep_full_weight" and "*" not in module_name:
+            try:
+                ids = {id(p) for p in model.get_submodule(module_name).parameters()}
+            except AttributeError:
+                continue
+            keep |= {n for n, p in model.named_parameters() if id(p) in ids}
+    heads, kv_heads = text.num_attention_heads, text.num_key_value_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    dims = {"hidden": text.hidden_size, "intermediate": text.intermediate_size,
+            "layers": text.num_hidden_layers, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+            "vocab": text.vocab_size, "q_dim": heads * head_dim, "kv_dim": kv_heads * head_dim,
+            "max_position_embeddings": getattr(text, "max_position_embeddings", None), "has_tp_plan": bool(plan)}
+    return _ModelSpec(tuple(params), frozenset(keep), dims)
+
+
+def _model_spec(config) -> _ModelSpec:
+    """The :class:`_ModelSpec` of a config (cached on its values)."""
+    values = config.to_dict()   # to_dict() writes the name as "_name_or_path": not part of the shapes
+    for key in ("_name_or_path", "transformers_version", "architectures", "distributed_config", "model_type"):
+        values.pop(key, None)
+    return _spec_from_json(json.dumps(values, sort_keys=True, default=str), config.model_type)
+
+
+def _tp_problem(config, tp: int, world: int | None = None, where: str = "") -> str | None:
+    """Why ``config`` cannot take tensor-parallel size ``tp`` (whole heads, an equal MLP slice per rank), or None;
+    with ``world`` the sizes it suggests also divide the world."""
+    dims = _tp_dimensions(config)
+    if not (bad := _tp_misfits(dims, tp)):
+        return None
+    on = f" on {where} ({world} ranks), with fsdp_size = {world} // tp_size" if world else ""
+    return (f"tp_size={tp} does not divide the model's {', '.join(f'{label} = {v}' for _, label, v in bad)}: each "
+            f"tensor-parallel rank must get whole heads and an equal slice. Use tp_size in "
+            f"{_tp_sizes_that_fit(dims, world or dims['num_key_value_heads'])}{on}.")
+
+
+# The memory of one rank
+
+_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}   # bytes per element
+_DTYPE_NAMES = {**{name: name for name in _DTYPES}, "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+#: What a rank's memory is made of, in table order: ``{component: (label, short label for a column)}``.
+_COMPONENTS = {"parameters": ("parameters (this rank's shards)", "params"), "gradients": ("gradients", "grads"),
+               "optimizer": ("optimizer state (AdamW moments + step)", "optim"),
+               "fsdp_buffers": ("FSDP all-gather buffers (estimate)", "fsdp buf"),
+               "activations": ("activations (estimate)", "activ."), "kv_cache": ("static KV cache", "kv cache")}
+
+#: The training activation estimate of :func:`plan_memory`. T = batch*seq tokens of this rank's micro-batch, b = dtype
+#: bytes, h = hidden_size, q = heads*head_dim, kv = kv_heads*head_dim, i = intermediate_size, V = vocab_size, L = layers.
+TRAIN_ACTIVATION_FORMULA = (
+    "per layer, bytes saved for backward = T*[(8 + 4b)*h + ((4 + 3b)*(q + kv) + 4b*i + 8*heads + "
+    "4*kv_heads)/tp + 8] (counted on Qwen3 with SDPA attention: RMSNorm saves its input upcast to "
+    "fp32; the h-wide residual-stream tensors are whole on every TP rank, head- and MLP-wide ones "
+    "are split by tp); x L layers, or with gradient checkpointing T*b*h per layer (each layer's "
+    "input) + one layer recomputed; plus the loss head T*[(4 + 2b)*h + V*(b + 8)] (logits in the "
+    "compute dtype, their fp32 copy and fp32 log-probs: lm_head gathers all V logits on every TP rank)")
+#: The inference activation estimate :func:`plan_memory` computes (symbols as in :data:`TRAIN_ACTIVATION_FORMULA`).
+INFERENCE_ACTIVATION_FORMULA = (
+    "generate's prefill under no_grad frees each layer's temporaries: about one layer's worth, "
+    "T*b*(2h + max(2q + 2kv, 3i)/tp), plus the last position's logits batch*V*(b + 4) "
+    "(generate keeps an fp32 copy); attention assumed fused (SDPA/flash: no T x T score matrix)")
+#: Selective checkpointing as the planner models it: TorchTitan's layer-level selective AC, ``selective_ac_option = "2"``.
+#: An assumption: the option AWS's ``qwen3_8b_tp4_fsdp16_sac`` config sets was not found.
+SELECTIVE_ACTIVATION_FORMULA = (
+    "selective checkpointing (every k-th layer checkpointed, k = checkpoint_every, TorchTitan's "
+    "layer-level selective AC): c = floor(L/k) layers keep only their input T*b*h, the other L - c keep "
+    "their per-layer bytes, plus one checkpointed layer recomputed at a time: (L - c)*per_layer + c*T*b*h "
+    "+ per_layer (an upper bound: by the time the lowest checkpointed layers are recomputed, the layers "
+    "above them have freed theirs)")
+
+#: Activation checkpointing modes, least recompute first.
+CHECKPOINTING = ("none", "selective", "full")
+_CHECKPOINTING_NAMES = {False: "none", None: "none", "none": "none", "no": "none", "off": "none", "false": "none",
+                        True: "full", "full": "full", "true": "full", "selective": "selective", "sac": "selective"}
+#: The usual estimate: a backward costs about twice its forward (2N forward and 4N backward FLOPs
+#: per token for N parameters), so a training step costs about 1 + 2 forwards.
+BACKWARD_PER_FORWARD = 2
+
+_WORKLOADS = {"inference": "inference", "generate": "inference", "train": "train", "training": "train"}
+_MASTER = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16"}
+_OPTIMIZERS = {"adamw": 2, "adam": 2, "sgd": 0}   # fp32/bf16 state tensors per parameter
+_FSDP_BUFFER_NOTE = ("fsdp_buffers: 2 gathered layers (current + prefetched) + the keep_full_weight modules "
+                     "(final norm, lm_head/tied embedding) in the compute dtype")
+
+
+def _checkpointing_mode(value) -> str:
+    """``"none"``, ``"selective"`` or ``"full"`` for what ``gradient_checkpointing=`` accepts (False/True too)."""
+    return _choice(value, _CHECKPOINTING_NAMES, f"gradient_checkpointing={value!r}: use False/'none', 'selective' or "
+                   "True/'full'")
+
+
+def _checkpointed_layers(layers: int, mode: str, every: int = 2) -> int:
+    """How many decoder layers recompute their forward in backward: 0, ``layers // every`` or all."""
+    mode = _checkpointing_mode(mode)
+    return 0 if mode == "none" else layers if mode == "full" else layers // every
+
+
+def _checkpointing_label(mode: str, every: int = 2) -> str:
+    """How a checkpointing mode reads in a plan: ``"full activation checkpointing"``, for example."""
+    if mode == "selective":
+        return f"selective activation checkpointing ({_nth_layer(every)})"
+    return ("no" if mode == "none" else "full") + " activation checkpointing"
+
+
+def _nth_layer(every: int) -> str:
+    """``"every 2nd layer"``, ``"every 3rd layer"``: which layers selective checkpointing wraps."""
+    suffix = "th" if 10 <= every % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(every % 10, "th")
+    return f"every {every}{suffix} layer"
+
+
+def recompute_fraction(config=None, seq: int = 2048, gradient_checkpointing="full", *, checkpoint_every: int = 2) -> float:
+    """Extra compute of a training step from activation checkpointing, as a fraction of the step.
+    A step costs about 3 forwards (:data:`BACKWARD_PER_FORWARD`); checkpointing adds the checkpointed layers' forward."""
+    d = _model_spec(_config(config)).dims
+    h, q, kv, i = d["hidden"], d["q_dim"], d["kv_dim"], d["intermediate"]
+    # Per token: 2 FLOPs per weight of the matmuls, causal attention (QK^T and AV over seq/2 keys on average).
+    layer, head = 2 * (h * (q + 2 * kv) + q * h + 3 * h * i) + 2 * 2 * q * seq / 2, 2 * h * d["vocab"]
+    recomputed = _checkpointed_layers(d["layers"], gradient_checkpointing, checkpoint_every) * layer
+    return recomputed / ((1 + BACKWARD_PER_FORWARD) * (d["layers"] * layer + head))
+
+
+@dataclass
+class MemoryPlan:
+    """Bytes one rank holds for a model, a mesh and a workload (:func:`plan_memory` makes it); ``str()`` is the table.
+    ``components`` maps each component to bytes and ``total`` is their sum; ``fsdp_buffers`` and ``activations`` are
+    estimates (see ``notes``), the rest exact for Transformers' sharding."""
+
+    model: str
+    tp_size: int
+    fsdp_size: int
+    workload: str
+    batch: int
+    seq: int
+    dtype: str
+    master_weights: str
+    optimizer: str
+    gradient_checkpointing: bool
+    checkpointing: str            # "none", "selective" or "full" (gradient_checkpointing: any of the last two)
+    checkpoint_every: int         # selective: every k-th layer checkpointed
+    cache_length: int
+    parameter_count: int          # the whole model (tied weights once)
+    local_parameter_count: int    # held by this rank
+    components: dict
+    activation_detail: dict       # per_layer, layers, head (bytes)
+    notes: list
+    shards: list = field(repr=False)
+
+    @property
+    def total(self) -> int:
+        return sum(self.components.values())
+
+    @property
+    def training_state(self) -> int:
+        """Parameters + gradients + optimizer state of this rank (the exactly-predicted part)."""
+        return sum(self.components[k] for k in ("parameters", "gradients", "optimizer"))
+
+    @property
+    def mesh(self) -> str:
+        return f"tp={self.tp_size} x fsdp={self.fsdp_size}"
+
+    @property
+    def checkpointing_label(self) -> str:
+        """``"no activation checkpointing"``, or ``"selective activation checkpointing (every 2nd layer)"``, ..."""
+        return _checkpointing_label(self.checkpointing, self.checkpoint_every)
+
+    def fits(self, budget_bytes: int, headroom: float = 0.1) -> bool:
+        """Whether :attr:`total` fits ``budget_bytes`` with ``headroom`` (a fraction) kept free."""
+        return self.total <= budget_bytes * (1 - headroom)
+
+    def __str__(self) -> str:
+        lines = [f"{'component':<42} {'bytes':>18} {'GiB':>9}"]
+        lines += [f"{_COMPONENTS[k][0]:<42} {v:>18,} {v / GiB:>9.3f}" for k, v in self.components.items()]
+        return "\n".join(lines + [f"{'total per rank':<42} {self.total:>18,} {self.total / GiB:>9.3f}"])
+
+    def summary(self, shards: bool = False) -> dict:
+        """JSON-ready: settings, bytes per component, total (and every tensor's shard if ``shards``)."""
+        out = {k: v for k, v in vars(self).items() if k not in ("activation_detail", "notes", "shards")}
+        out.update(training_state_bytes=self.training_state, total_bytes=self.total,
+                   total_gib=round(self.total / GiB, 4), activation_detail=self.activation_detail, notes=self.notes)
+        return {**out, "shards": [s._asdict() for s in self.shards]} if shards else out
+
+
+def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: str = "inference",
+                batch: int = 1, seq: int = 2048, dtype="bfloat16", master_weights: str = "fp32",
+                optimizer: str = "adamw", gradient_checkpointing: bool | str = False,
+                cache_length: int | None = None, checkpoint_every: int = 2) -> MemoryPlan:
+    """The bytes one rank holds for ``config`` (``None``: the course model) on a ``tp_size x fsdp_size`` mesh.
+    ``batch`` sequences of ``seq`` tokens per FSDP rank: weights, gradients and AdamW state exact, FSDP buffers and
+    activations estimated (the ``*_FORMULA`` constants), the static KV cache of ``cache_length`` (default ``seq``)."""
+    config = _config(config)
+    workload = _choice(str(workload), _WORKLOADS, f"workload={workload!r}: use 'inference' or 'train'")
+    for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size), ("batch", batch), ("seq", seq),
+                        ("checkpoint_every", checkpoint_every)):
+        _whole(name, value)
+    mode = _checkpointing_mode(gradient_checkpointing)
+    master = _choice(str(master_weights), _MASTER, f"master_weights={master_weights!r}: use 'fp32' or 'bf16'")
+    opt = _choice(str(optimizer), {k: k for k in _OPTIMIZERS},
+                  f"optimizer={optimizer!r}: the planner knows {', '.join(_OPTIMIZERS)}")
+    dtype = _choice(str(dtype).replace("torch.", ""), _DTYPE_NAMES, f"dtype {dtype!r}: use one of bfloat16, float16, "
+                    "float32")
+    b, spec = _DTYPES[dtype], _model_spec(config)
+    if tp_size > 1 and not spec.dims["has_tp_plan"]:
+        raise PlanError(f"{type(config).__name__} has no tensor-parallel plan (base_model_tp_plan): use tp_size=1")
+    if tp_size > 1 and (problem := _tp_problem(config, tp_size)):
+        raise PlanError(problem)
+    cache_length = _whole("cache_length", seq if cache_length is None else cache_length)
+    shards, d, train = _shards(spec, tp_size, fsdp_size), spec.dims, workload == "train"
+    local = sum(math.prod(s.local_shape) for s in shards)
+    param_bytes = (4 if master == "fp32" else 2) if train else b
+    comp, notes = dict.fromkeys(_COMPONENTS, 0), []
+    comp["parameters"] = local * param_bytes
+    if train:   # one gradient per parameter; AdamW: 2 moments per parameter (zeros_like) + one fp32 step per tensor
+        comp["gradients"] = local * param_bytes
+        comp["optimizer"] = _OPTIMIZERS[opt] * local * param_bytes + (4 * len(shards) if opt != "sgd" else 0)
+    if fsdp_size > 1:
+        comp["fsdp_buffers"] = _fsdp_buffer_bytes(spec, shards, b, param_bytes if train else 0)
+        notes.append(_FSDP_BUFFER_NOTE + ("; + one layer of unsharded gradients" if train else "") + " (estimate).")
+    if train:
+        comp["activations"], detail = _train_activation_bytes(d, batch * seq, b, tp_size, mode, checkpoint_every)
+        notes.append("activations (estimate): " + TRAIN_ACTIVATION_FORMULA
+                     + ("; " + SELECTIVE_ACTIVATION_FORMULA if mode == "selective" else "") + ".")
+    else:
+        h, q, kv, i, kv_heads = d["hidden"], d["q_dim"], d["kv_dim"], d["intermediate"], -(-d["kv_heads"] // tp_size)
+        per_layer = batch * seq * b * (2 * h + max(2 * q + 2 * kv, 3 * i) / tp_size)
+        head = batch * d["vocab"] * (b + 4)
+        comp["activations"], detail = int(per_layer + head), {"per_layer": int(per_layer), "layers": int(per_layer),
+                                                               "head": int(head)}
+        comp["kv_cache"] = batch * cache_length * d["layers"] * kv_heads * d["head_dim"] * 2 * b
+        notes += ["activations (estimate): " + INFERENCE_ACTIVATION_FORMULA + ".",
+                  f"kv_cache: batch {batch} x {cache_length} positions x {d['layers']} layers x {kv_heads} kv heads "
+                  f"per TP rank x head_dim {d['head_dim']} x 2 (keys, values) x {b} bytes."]
+    if fsdp_size > 1:
+        notes.append(f"FSDP is data parallelism: each of the {fsdp_size} FSDP ranks holds the activations"
+                     + (" and KV cache" if not train else "") + f" of its own micro-batch ({batch} x {seq}).")
+    if d["max_position_embeddings"] and max(seq, cache_length if not train else 0) > d["max_position_embeddings"]:
+        notes.append(f"seq/cache_length exceed max_position_embeddings={d['max_position_embeddings']}.")
+    return MemoryPlan(
+        model=str(config.name_or_path or config.model_type), tp_size=tp_size, fsdp_size=fsdp_size, workload=workload,
+        batch=batch, seq=seq, dtype=dtype, master_weights=master, optimizer=opt,
+        gradient_checkpointing=train and mode != "none", checkpointing=mode if train else "none",
+        checkpoint_every=checkpoint_every, cache_length=cache_length if not train else 0,
+        parameter_count=sum(math.prod(shape) for _n, shape, _s, _l in spec.params), local_parameter_count=local,
+        components=comp, activation_detail=detail, notes=notes, shards=shards)
+
+
+def _fsdp_buffer_bytes(spec: _ModelSpec, shards: list[TensorShard], b: int, grad_bytes: int = 0) -> int:
+    """FSDP2's gathered weights (estimate): the biggest layer twice plus the keep_full_weight modules, in
+    ``b`` bytes; ``grad_bytes`` > 0 (training) adds one layer of unsharded gradients in that dtype."""
+    by_name = {s.name: math.prod(s.tp_shape) for s in shards}
+    layer_numel: dict[int, int] = {}
+    for name, _shape, _style, layer in spec.params:
+        if layer is not None:
+            layer_numel[layer] = layer_numel.get(layer, 0) + by_name[name]
+    biggest = max(layer_numel.values(), default=0)
+    return (2 * biggest + sum(by_name[n] for n in spec.keep_full)) * b + biggest * grad_bytes
+
+
+def _train_activation_bytes(d: dict, tokens: int, b: int, tp: int, mode: str, every: int = 2) -> tuple[int, dict]:
+    """Training activations (:data:`TRAIN_ACTIVATION_FORMULA`) and their detail for ``tokens`` tokens of this rank."""
+    split = (4 + 3 * b) * (d["q_dim"] + d["kv_dim"]) + 4 * b * d["intermediate"] + 8 * d["heads"] + 4 * d["kv_heads"]
+    per_layer = tokens * ((8 + 4 * b) * d["hidden"] + split / tp + 8)
+    recomputed = _checkpointed_layers(d["layers"], mode, every)
+    # checkpointed layers keep their input; the others everything; one recomputed layer at a time
+    layers = ((d["layers"] - recomputed) * per_layer + recomputed * tokens * b * d["hidden"]
+              + (per_layer if recomputed else 0))
+    head = tokens * ((4 + 2 * b) * d["hidden"] + d["vocab"] * (b + 8))
+    return int(layers + head), {"per_layer": int(per_layer), "layers": int(layers), "head": int(head)}
+
+
 # Choosing the mesh
-# ---------------------------------------------------------------------------------------------
 
 @dataclass
 class MeshCandidate:
     """One (tp, fsdp) mesh on the instance: rejected (why), or its plan and whether it fits.
-
-    ``replicas`` > 1: a serving layout of that many independent copies of the mesh (inference).
-    """
+    ``replicas`` > 1: a serving layout of that many independent copies of the mesh (inference)."""
 
     tp_size: int
     fsdp_size: int
@@ -64,30 +399,20 @@ class MeshCandidate:
     def valid(self) -> bool:
         return not self.rejected
 
-    @property
-    def mesh(self) -> str:
-        return f"tp={self.tp_size} x fsdp={self.fsdp_size}"
-
-    def to_dict(self) -> dict:
+    def summary(self) -> dict:
         out = {"tp_size": self.tp_size, "fsdp_size": self.fsdp_size, "valid": self.valid, "fits": self.fits,
-               "replicas": self.replicas}
-        if self.rejected:
-            out["rejected"] = self.rejected
+               "replicas": self.replicas, **({"rejected": self.rejected} if self.rejected else {})}
         if self.plan is not None:
-            out["checkpointing"] = self.plan.checkpointing
-            out["components"] = dict(self.plan.components)
-            out["total_bytes"] = self.plan.total
-            out["total_gib"] = round(self.plan.total / GiB, 4)
+            out.update(checkpointing=self.plan.checkpointing, components=dict(self.plan.components),
+                       total_bytes=self.plan.total, total_gib=round(self.plan.total / GiB, 4))
         return out
 
 
 @dataclass
 class MeshPlan:
-    """What :func:`plan_mesh` found: every mesh tried, the recommended one and why.
-
-    ``checkpointing`` is the activation checkpointing of the recommendation (and of every row of
-    :meth:`table`); ``tried`` lists the (mesh, checkpointing) steps the planner took, in order.
-    """
+    """What :func:`plan_mesh` found: every mesh tried, the recommended one and why; ``str()`` is the table of meshes.
+    ``checkpointing`` is the activation checkpointing of the recommendation (and of every row); ``tried`` lists the
+    (mesh, checkpointing) steps the planner took, in order."""
 
     model: str
     instance: Instance
@@ -95,7 +420,7 @@ class MeshPlan:
     workload: str
     headroom: float
     candidates: list
-    recommended: MeshCandidate | None
+    recommended: MeshCandidate
     reason: str
     settings: dict = field(default_factory=dict)
     checkpointing: str = "none"
@@ -112,139 +437,70 @@ class MeshPlan:
 
     @property
     def plans(self) -> dict:
-        """``{"tp=.. x fsdp=..": MemoryPlan}`` for every valid mesh (for :func:`trnlab.plot_memory_plan`)."""
+        """``{"tp=.. x fsdp=..": MemoryPlan}`` for every valid mesh (for :func:`plot_memory_plan`)."""
         return {c.plan.mesh: c.plan for c in self.candidates if c.plan is not None}
 
-    def table(self) -> str:
-        """Every mesh tried, one line each: per-component GiB, total, fits or why rejected."""
-        short = COMPONENT_SHORT_LABELS
-        head = f"{'tp':>3} {'fsdp':>5}  " + " ".join(f"{short[k]:>9}" for k in COMPONENTS) + f" {'total':>9}  verdict"
-        lines = [head + "   (GiB per rank" + (f", {checkpointing_label(self.checkpointing, self.settings.get('checkpoint_every', 2))})"
-                                             if self.workload == "train" else ")")]
+    def __str__(self) -> str:
+        every = self.settings.get("checkpoint_every", 2)
+        lines = [f"{'tp':>3} {'fsdp':>5}  " + " ".join(f"{short:>9}" for _, short in _COMPONENTS.values())
+                 + f" {'total':>9}  verdict   (GiB per rank"
+                 + (f", {_checkpointing_label(self.checkpointing, every)})" if self.workload == "train" else ")")]
         for c in self.candidates:
             if c.plan is None:
                 lines.append(f"{c.tp_size:>3} {c.fsdp_size:>5}  rejected: {c.rejected}")
                 continue
-            values = " ".join(f"{c.plan.components[k] / GiB:>9.2f}" for k in COMPONENTS)
-            mark = "fits" if c.fits else "too big"
-            if c.replicas > 1:
-                mark += f" ({c.replicas} replicas)"
-            if c is self.recommended:
-                mark += "  <- recommended"
+            values = " ".join(f"{c.plan.components[k] / GiB:>9.2f}" for k in _COMPONENTS)
+            mark = ("fits" if c.fits else "too big") + (f" ({c.replicas} replicas)" if c.replicas > 1 else "")
+            mark += "  <- recommended" if c is self.recommended else ""
             lines.append(f"{c.tp_size:>3} {c.fsdp_size:>5}  {values} {c.plan.total / GiB:>9.2f}  {mark}")
         return "\n".join(lines)
 
     def summary(self) -> dict:
-        """The search's headline figures as a dict: instance, nodes, budget, the recommended mesh."""
-        rec = self.recommended
-        return {
-            "model": self.model, "instance": self.instance.name, "nodes": self.nodes, "world_size": self.world_size,
-            "workload": self.workload, "headroom": self.headroom, "budget_bytes": self.budget,
-            "recommended": None if rec is None else {"tp_size": rec.tp_size, "fsdp_size": rec.fsdp_size,
-                                                     "replicas": rec.replicas},
-            "checkpointing": self.checkpointing, "candidates": len(self.candidates), "reason": self.reason}
-
-    def describe(self) -> str:
-        """Instance, budget per core, and the recommendation with its reason."""
-        inst = self.instance
-        where = f"{self.nodes} x {inst.name}" if self.nodes > 1 else inst.name
-        return (f"{self.model}, {self.workload} on {where}: {self.world_size} logical NeuronCores "
-                f"({inst.cores_per_chip} per chip), {inst.hbm_per_core / GiB:.0f} GiB HBM each "
-                f"({self.budget / GiB:.1f} GiB usable with {self.headroom:.0%} headroom).\n{self.reason}")
-
-    def to_dict(self) -> dict:
         """JSON-ready: instance, nodes, budget, every candidate, the recommendation and its reason."""
+        rec = self.recommended
         return {"model": self.model, "instance": self.instance.to_dict(), "nodes": self.nodes,
                 "world_size": self.world_size, "workload": self.workload, "headroom": self.headroom,
                 "budget_bytes": self.budget, "settings": dict(self.settings), "checkpointing": self.checkpointing,
-                "recommended": None if self.recommended is None else
-                {"tp_size": self.recommended.tp_size, "fsdp_size": self.recommended.fsdp_size,
-                 "replicas": self.recommended.replicas, "checkpointing": self.recommended.plan.checkpointing,
-                 "plan": self.recommended.plan.to_dict()},
+                "recommended": {"tp_size": rec.tp_size, "fsdp_size": rec.fsdp_size, "replicas": rec.replicas,
+                                "checkpointing": rec.plan.checkpointing, "plan": rec.plan.summary()},
                 "reason": self.reason, "tried": [dict(t) for t in self.tried],
-                "candidates": [c.to_dict() for c in self.candidates]}
-
-    def __str__(self) -> str:
-        return self.describe() + "\n" + self.table()
+                "candidates": [c.summary() for c in self.candidates]}
 
 
-def _where(inst: Instance, nodes: int) -> str:
-    """``"trn2.48xlarge"`` or ``"4 x trn2.48xlarge"``."""
-    return f"{nodes} x {inst.name}" if nodes > 1 else inst.name
+@dataclass
+class _Job:
+    """One planning question: a workload of a model on ``nodes`` of an instance, with :func:`plan_memory`'s keywords
+    (``kw``) and the checkpointing modes to try, least recompute first."""
 
+    config: object
+    inst: Instance
+    nodes: int
+    workload: str
+    headroom: float
+    kw: dict
+    modes: tuple
 
-def _whole(name: str, value) -> None:
-    """Refuse a size that is given but not a whole number >= 1."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise PlanError(f"{name}={value!r}: a whole number >= 1")
+    @property
+    def world(self) -> int:
+        return self.inst.logical_cores * self.nodes
 
+    @property
+    def where(self) -> str:
+        """``"trn2.48xlarge"`` or ``"4 x trn2.48xlarge"``."""
+        return f"{self.nodes} x {self.inst.name}" if self.nodes > 1 else self.inst.name
 
-def _given_mesh(config, inst: Instance, nodes: int, tp_size: int | None, fsdp_size: int | None) -> tuple[int, int]:
-    """The one mesh ``tp_size``/``fsdp_size`` name, checked: the model's heads first, then the launch."""
-    _whole("tp_size", tp_size)
-    _whole("fsdp_size", fsdp_size)
-    world, where = inst.logical_cores * nodes, _where(inst, nodes)
-    d = model_spec(config).dims
-    ok_tps = tp_sizes_that_fit(tp_dimensions(config), world)
-    if tp_size is not None and tp_problem(d, tp_size):
-        if world % tp_size == 0 and fsdp_size in (None, world // tp_size):
-            try:   # the launcher's own message, as `launch` would print it
-                validate_parallel_sizes(world, tp_size, world // tp_size, model_config=config)
-            except LaunchConfigError as exc:
-                raise PlanError(str(exc)) from exc
-        # The heads come first: a launch-size message would hide why this tp cannot work at all.
-        raise PlanError(tp_problem(d, tp_size, world, where))
-    if tp_size is None:
-        if world % fsdp_size:
-            raise PlanError(f"fsdp_size={fsdp_size} does not divide the {world} ranks of {where}: give "
-                            f"--tp too, or use fsdp_size in {[world // t for t in ok_tps]}.")
-        tp_size = world // fsdp_size
-    if fsdp_size is None:
-        if world % tp_size:
-            raise PlanError(f"tp_size={tp_size} does not divide the {world} ranks of {where}: use tp_size "
-                            f"in {ok_tps}, or give --fsdp and --nodes for another world size.")
-        fsdp_size = world // tp_size
-    try:
-        validate_parallel_sizes(world, tp_size, fsdp_size, model_config=config)
-    except LaunchConfigError as exc:
-        raise PlanError(str(exc)) from exc
-    if inst.cores_per_host % tp_size:
-        raise PlanError(_across_hosts(inst, tp_size))
-    return tp_size, fsdp_size
+    @property
+    def budget(self) -> int:
+        return int(self.inst.hbm_per_core * (1 - self.headroom))
 
-
-def _across_hosts(inst: Instance, tp: int) -> str:
-    """Why a TP group may not span hosts."""
-    return (f"tp_size={tp} would split a TP group across hosts ({inst.cores_per_host} cores per "
-            f"host): TP all-reduces twice per layer, and Neuron keeps it within a chip ('Keep TP4 within a chip')")
-
-
-def _mesh_candidates(config, inst: Instance, nodes: int) -> list[MeshCandidate]:
-    """Every (tp, world // tp) mesh, rejected ones with the launcher's reason; no plans yet."""
-    world = inst.logical_cores * nodes
-    out = []
-    for tp in divisors(world):
-        try:
-            validate_parallel_sizes(world, tp, world // tp, model_config=config)
-        except LaunchConfigError as exc:
-            out.append(MeshCandidate(tp, world // tp, rejected=str(exc)))
-            continue
-        if inst.cores_per_host % tp:
-            out.append(MeshCandidate(tp, world // tp, rejected=_across_hosts(inst, tp)))
-            continue
-        out.append(MeshCandidate(tp, world // tp))
-    return out
-
-
-def _planned(config, cand: MeshCandidate, workload: str, mem_kwargs: dict, mode: str,
-             budget: int, headroom: float) -> MeshCandidate:
-    """The candidate with its memory plan and whether it fits (a rejected one as it is)."""
-    if cand.rejected:
-        return cand
-    plan = plan_memory(config, cand.tp_size, cand.fsdp_size, workload=workload,
-                       **{**mem_kwargs, "gradient_checkpointing": mode})
-    return MeshCandidate(cand.tp_size, cand.fsdp_size, plan=plan, fits=plan.fits(budget, headroom),
-                         replicas=cand.replicas)
+    def planned(self, cand: MeshCandidate, mode: str) -> MeshCandidate:
+        """The candidate with its memory plan and whether it fits (a rejected one as it is)."""
+        if cand.rejected:
+            return cand
+        plan = plan_memory(self.config, cand.tp_size, cand.fsdp_size, workload=self.workload,
+                           **{**self.kw, "gradient_checkpointing": mode})
+        return MeshCandidate(cand.tp_size, cand.fsdp_size, plan, plan.fits(self.inst.hbm_per_core, self.headroom),
+                             replicas=cand.replicas)
 
 
 @dataclass
@@ -258,85 +514,116 @@ class _Choice:
     passed_over: list = field(default_factory=list)  # in-chip meshes between tp=1 and the chip's TP that fit too
 
 
-def _attempt(job: tuple, cand: MeshCandidate, mode: str, kind: str) -> _Choice | None:
-    """Plan ``cand`` with checkpointing ``mode``, note it in the job's ``tried`` list; the choice if it fits."""
-    config, workload, mem_kwargs, budget, headroom, tried = job
-    planned = _planned(config, cand, workload, mem_kwargs, mode, budget, headroom)
-    tried.append({"tp_size": cand.tp_size, "fsdp_size": cand.fsdp_size, "replicas": cand.replicas,
-                  "checkpointing": mode, "total_bytes": planned.plan.total, "fits": planned.fits})
-    return _Choice(planned, mode, tried, kind) if planned.fits else None
+def _across_hosts(inst: Instance, tp: int) -> str:
+    """Why a TP group may not span hosts."""
+    return (f"tp_size={tp} would split a TP group across hosts ({inst.cores_per_host} cores per "
+            f"host): TP all-reduces twice per layer, and Neuron keeps it within a chip ('Keep TP4 within a chip')")
 
 
-def _search(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
-            modes: tuple, given: tuple | None = None) -> _Choice | None:
-    """Walk the planner's ladder (module docstring, :func:`plan_mesh`); the first step that fits, or None."""
-    world, chip, budget = inst.logical_cores * nodes, inst.cores_per_chip, inst.hbm_per_core
-    tried = []
-    job = (config, workload, mem_kwargs, budget, headroom, tried)
+def _given_mesh(job: _Job, tp_size: int | None, fsdp_size: int | None) -> tuple[int, int]:
+    """The one mesh ``tp_size``/``fsdp_size`` name, checked: the model's heads first, then the launch."""
+    for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size)):
+        if value is not None:
+            _whole(name, value)
+    world, where = job.world, job.where
+    ok_tps = _tp_sizes_that_fit(_tp_dimensions(job.config), world)
+    if tp_size is not None and _tp_problem(job.config, tp_size):
+        if world % tp_size == 0 and fsdp_size in (None, world // tp_size):   # the launcher's message, as launch says it
+            validate_parallel_sizes(world, tp_size, world // tp_size, model_config=job.config)
+        # The heads come first: a launch-size message would hide why this tp cannot work at all.
+        raise PlanError(_tp_problem(job.config, tp_size, world, where))
+    if tp_size is None:
+        if world % fsdp_size:
+            raise PlanError(f"fsdp_size={fsdp_size} does not divide the {world} ranks of {where}: give "
+                            f"--tp too, or use fsdp_size in {[world // t for t in ok_tps]}.")
+        tp_size = world // fsdp_size
+    if fsdp_size is None:
+        if world % tp_size:
+            raise PlanError(f"tp_size={tp_size} does not divide the {world} ranks of {where}: use tp_size "
+                            f"in {ok_tps}, or give --fsdp and --nodes for another world size.")
+        fsdp_size = world // tp_size
+    validate_parallel_sizes(world, tp_size, fsdp_size, model_config=job.config)
+    if job.inst.cores_per_host % tp_size:
+        raise PlanError(_across_hosts(job.inst, tp_size))
+    return tp_size, fsdp_size
+
+
+def _mesh_candidates(job: _Job) -> list[MeshCandidate]:
+    """Every (tp, world // tp) mesh, rejected ones with the launcher's reason; no plans yet."""
+    out = []
+    for tp in _divisors(job.world):
+        try:
+            validate_parallel_sizes(job.world, tp, job.world // tp, model_config=job.config)
+            rejected = _across_hosts(job.inst, tp) if job.inst.cores_per_host % tp else ""
+        except PlanError as exc:
+            rejected = str(exc)
+        out.append(MeshCandidate(tp, job.world // tp, rejected=rejected))
+    return out
+
+
+def _search(job: _Job, given: tuple | None = None) -> _Choice | None:
+    """Walk the planner's ladder (see :func:`plan_mesh`); the first step that fits, or None."""
+    tried, chip = [], job.inst.cores_per_chip
+
+    def attempt(cand: MeshCandidate, mode: str, kind: str) -> _Choice | None:
+        planned = job.planned(cand, mode)
+        tried.append({"tp_size": cand.tp_size, "fsdp_size": cand.fsdp_size, "replicas": cand.replicas,
+                      "checkpointing": mode, "total_bytes": planned.plan.total, "fits": planned.fits})
+        return _Choice(planned, mode, tried, kind) if planned.fits else None
 
     if given is not None:
-        for mode in modes:
-            hit = _attempt(job, MeshCandidate(*given), mode, "given")
-            if hit:
-                return hit
-        return None
-    valid = [c for c in _mesh_candidates(config, inst, nodes) if c.valid]
+        return next((hit for mode in job.modes if (hit := attempt(MeshCandidate(*given), mode, "given"))), None)
+    valid = [c for c in _mesh_candidates(job) if c.valid]
     in_chip = [c for c in valid if c.tp_size <= chip]
-    if workload == "inference":
+    if job.workload == "inference":
         # Serving: independent replicas without FSDP (FSDP would all-gather every layer for every token).
         for cand in in_chip:
-            hit = _attempt(job, MeshCandidate(cand.tp_size, 1, replicas=world // cand.tp_size), "none", "replicas")
-            if hit:
+            if hit := attempt(MeshCandidate(cand.tp_size, 1, replicas=job.world // cand.tp_size), "none", "replicas"):
                 return hit
-    steps = [c for c in in_chip if c.tp_size == 1]
-    if any(c.tp_size > 1 for c in in_chip):   # TP fills the chip: "Keep TP4 within a chip"
-        steps.append(max((c for c in in_chip if c.tp_size > 1), key=lambda c: c.tp_size))
-    for mode in modes:
+    # FSDP alone, then TP filling the chip ("Keep TP4 within a chip"): in_chip is in ascending tp.
+    steps = [c for c in in_chip if c.tp_size == 1] + [c for c in in_chip if c.tp_size > 1][-1:]
+    for mode in job.modes:
         for cand in steps:
-            hit = _attempt(job, cand, mode, "fsdp-only" if cand.tp_size == 1 else "tp-in-chip")
-            if hit:
+            if hit := attempt(cand, mode, "fsdp-only" if cand.tp_size == 1 else "tp-in-chip"):
                 if hit.kind == "tp-in-chip":  # the ladder skips 1 < tp < chip: say which of those fit too
-                    middle = (_planned(config, c, workload, mem_kwargs, mode, budget, headroom)
-                              for c in in_chip if 1 < c.tp_size < cand.tp_size)
+                    middle = (job.planned(c, mode) for c in in_chip if 1 < c.tp_size < cand.tp_size)
                     hit.passed_over = [m for m in middle if m.fits]
                 return hit
-    for mode in modes:           # last resort: TP across chips
+    for mode in job.modes:           # last resort: TP across chips
         for cand in (c for c in valid if c.tp_size > chip):
-            hit = _attempt(job, cand, mode, "tp-across-chips")
-            if hit:
+            if hit := attempt(cand, mode, "tp-across-chips"):
                 return hit
     return None
 
+
+# When nothing fits: what would
 
 #: Node counts tried when looking for "more nodes" (beyond 8, the usual cluster sizes).
 _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 
-def _say(flags: str, place: str, hit: _Choice, workload: str) -> str:
+def _say(flags: str, place: str, hit: _Choice, train: bool) -> str:
     """One alternative: its flags, where, and the layout found (mesh, checkpointing, GiB per core)."""
     c = hit.candidate
-    mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.mesh
-    ckpt = f", {checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if workload == "train" else ""
+    mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.plan.mesh
+    ckpt = f", {_checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if train else ""
     return f"{flags + ' on ' if flags else ''}{place}: {mesh}{ckpt}, {c.plan.total / GiB:.1f} GiB per core"
 
 
-def _more_nodes(job: tuple, inst: Instance, start: int, kw: dict, modes: tuple):
-    """``(nodes, choice)`` for the fewest nodes above ``start`` that fit, or None. More ranks shrink the sharded
+def _more_nodes(job: _Job):
+    """``(nodes, choice)`` for the fewest nodes above ``job.nodes`` that fit, or None. More ranks shrink the sharded
     state, never a rank's activations: if even an unbounded FSDP size does not fit, no node count will."""
-    config, workload, headroom = job
-    if any(plan_memory(config, tp, 1 << 20, workload=workload, **{**kw, "gradient_checkpointing": modes[-1]})
-           .fits(inst.hbm_per_core, headroom) for tp in tp_sizes_that_fit(tp_dimensions(config), inst.cores_per_host)):
-        return next(((n, hit) for n in _NODE_COUNTS
-                     if n > start and (hit := _search(config, inst, n, workload, headroom, kw, modes))), None)
+    kw = {**job.kw, "gradient_checkpointing": job.modes[-1]}
+    if any(plan_memory(job.config, tp, 1 << 20, workload=job.workload, **kw).fits(job.inst.hbm_per_core, job.headroom)
+           for tp in _tp_sizes_that_fit(_tp_dimensions(job.config), job.inst.cores_per_host)):
+        return next(((n, hit) for n in _NODE_COUNTS if n > job.nodes and (hit := _search(replace(job, nodes=n)))), None)
     return None
 
 
-def _largest_batch(job: tuple, inst: Instance, nodes: int, kw: dict, modes: tuple, upper: int):
+def _largest_batch(job: _Job, upper: int):
     """``(batch, choice)`` for the largest micro-batch in [1, upper] that fits, by bisection (memory grows with it)."""
-    config, workload, headroom = job
-
     def fit(batch: int):
-        return _search(config, inst, nodes, workload, headroom, {**kw, "batch": batch}, modes)
+        return _search(replace(job, kw={**job.kw, "batch": batch}))
 
     if upper < 1 or not (hit := fit(1)):
         return None
@@ -350,60 +637,84 @@ def _largest_batch(job: tuple, inst: Instance, nodes: int, kw: dict, modes: tupl
     return found
 
 
-def _what_would_fit(config, inst: Instance, nodes: int, workload: str, headroom: float, kw: dict,
-                    modes: tuple) -> list[str]:
+def _what_would_fit(job: _Job) -> list[str]:
     """Alternatives for a workload no mesh fits, each planned and fitting: one change at a time (more nodes, a larger
     instance, the largest batch, heavier checkpointing); else the leanest settings (batch 1, full checkpointing)
     here, on more nodes or a larger instance; else those with the sequence halved, down to 128."""
-    job, here, train = (config, workload, headroom), _where(inst, nodes), workload == "train"
-    bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > inst.hbm_total * nodes), key=lambda o: o.hbm_total)
+    here, train, kw, modes = job.where, job.workload == "train", job.kw, job.modes
+    bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > job.inst.hbm_total * job.nodes),
+                    key=lambda o: o.hbm_total)
 
-    def elsewhere(k: dict, m: tuple, flags: str, scale_bigger: bool) -> list[str]:
+    def elsewhere(j: _Job, flags: str, scale_bigger: bool) -> list[str]:
         out = []
-        if found := _more_nodes(job, inst, nodes, k, m):
-            out.append(_say(flags, f"{found[0]} x {inst.name} (--nodes {found[0]})", found[1], workload))
+        if found := _more_nodes(j):
+            out.append(_say(flags, f"{found[0]} x {j.inst.name} (--nodes {found[0]})", found[1], train))
         for other in bigger:
-            if hit := _search(config, other, 1, workload, headroom, k, m):
-                return out + [_say(flags, f"one {other.name}", hit, workload)]
-            if scale_bigger and (found := _more_nodes(job, other, 1, k, m)):
-                return out + [_say(flags, f"{found[0]} x {other.name} (--nodes {found[0]})", found[1], workload)]
+            if hit := _search(o := replace(j, inst=other, nodes=1)):
+                return out + [_say(flags, f"one {other.name}", hit, train)]
+            if scale_bigger and (found := _more_nodes(o)):
+                return out + [_say(flags, f"{found[0]} x {other.name} (--nodes {found[0]})", found[1], train)]
         return out
 
-    out = elsewhere(kw, modes, "", False)
-    if found := _largest_batch(job, inst, nodes, kw, modes, kw["batch"] - 1):
-        out.append(_say(f"--batch {found[0]}", here, found[1], workload))
+    out = elsewhere(job, "", False)
+    if found := _largest_batch(job, kw["batch"] - 1):
+        out.append(_say(f"--batch {found[0]}", here, found[1], train))
     for mode in CHECKPOINTING[CHECKPOINTING.index(modes[-1]) + 1:] if train else ():
-        if found := _largest_batch(job, inst, nodes, kw, (mode,), kw["batch"]):
+        if found := _largest_batch(replace(job, modes=(mode,)), kw["batch"]):
             extra = "" if found[0] == kw["batch"] else f" --batch {found[0]}"
-            out.append(_say(f"--checkpointing {mode}{extra}", here, found[1], workload))
+            out.append(_say(f"--checkpointing {mode}{extra}", here, found[1], train))
             break
-    lean, lean_modes = {**kw, "batch": 1}, ("full",) if train else modes  # not tried here: one change covers it
+    lean = replace(job, kw={**kw, "batch": 1}, modes=("full",) if train else modes)  # not tried: one change covers it
     flags = " ".join(["--batch 1"] * (kw["batch"] > 1) + ["--checkpointing full"] * (train and modes[-1] != "full"))
-    if out := out or elsewhere(lean, lean_modes, flags, True):
+    if out := out or elsewhere(lean, flags, True):
         return out
     seq = kw["seq"] // 2
     while seq >= 128:
-        shorter = {**lean, "seq": seq, "cache_length": kw["cache_length"] and min(kw["cache_length"], seq)}
-        if hit := _search(config, inst, nodes, workload, headroom, shorter, lean_modes):
-            return [_say(f"{flags} --seq {seq}".strip(), here, hit, workload)]
+        cache = kw["cache_length"] and min(kw["cache_length"], seq)
+        if hit := _search(replace(lean, kw={**lean.kw, "seq": seq, "cache_length": cache})):
+            return [_say(f"{flags} --seq {seq}".strip(), here, hit, train)]
         seq //= 2
     return [f"nothing the planner tried (up to {_NODE_COUNTS[-1]} nodes, batch 1"
             + (", full activation checkpointing" if train else "") + ", seq down to 128)"]
 
 
-#: AWS's published layout for Qwen3-8B training on one trn2.48xlarge (TorchTitan Neuron tutorial).
-AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": DEFAULT_INSTANCE, "tp_size": 4, "fsdp_size": 16,
-                       "checkpointing": "selective", "config": "qwen3_8b_tp4_fsdp16_sac", "source": TORCHTITAN_TUTORIAL_URL}
+def _no_fit_error(job: _Job, given, cands: list, label: str) -> PlanError:
+    """The error for a workload no mesh fits: the leanest mesh's bytes, and what would fit (computed)."""
+    train, kw, where = job.workload == "train", job.kw, job.where
+    leanest = min((c for c in cands if c.plan is not None), key=lambda c: c.plan.total)
+    alternatives = _what_would_fit(job)
+    if given is not None and (other := _search(job)):
+        flags = f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size}"
+        alternatives.insert(0, _say(flags, where, other, train))
+    ckpt = (f" even with {_checkpointing_label(job.modes[-1], kw['checkpoint_every'])}"
+            if train and job.modes[-1] != "none" else "")
+    what = f"{label} {'training' if train else 'inference'} (micro-batch {kw['batch']} x {kw['seq']} per rank)"
+    mesh = f"tp={leanest.tp_size} x fsdp={leanest.fsdp_size}"
+    head = (f"{what} does not fit {mesh} on {where}{ckpt}: it needs " if given is not None else
+            f"{what} fits no mesh on {where}{ckpt}: the leanest, {mesh}, needs ")
+    return PlanError(
+        head + f"{leanest.plan.total / GiB:.1f} GiB per core, {job.budget / GiB:.1f} GiB usable "
+        f"({job.inst.hbm_per_core / GiB:.0f} GiB minus the planner's assumed {job.headroom:.0%} headroom). "
+        "What would fit: " + "; ".join(alternatives) + ".")
+
+
+# The reason, in words
+
+#: AWS's published layout for Qwen3-8B training on one trn2.48xlarge (Neuron's TorchTitan training tutorial).
+_AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": DEFAULT_INSTANCE, "tp_size": 4, "fsdp_size": 16,
+                        "checkpointing": "selective", "config": "qwen3_8b_tp4_fsdp16_sac", "source": (
+                            "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/torchtitan/tutorials/"
+                            "tutorial-basic-training.html")}
 
 
 def _headline(choice: _Choice, budget: int, hbm: int, train: bool) -> str:
     """The reason's first sentences: the mesh chosen (or given), its bytes against the budget, what was tried first."""
     best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
-    ckpt = f" with {checkpointing_label(mode, plan.checkpoint_every)}" if train and mode != "none" else ""
+    ckpt = f" with {_checkpointing_label(mode, plan.checkpoint_every)}" if train and mode != "none" else ""
     head = (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
             f"{best.tp_size}) (tp={best.tp_size} x fsdp=1)" if choice.kind == "replicas" else
-            f"Planned the mesh you gave: {best.mesh}{ckpt}" if choice.kind == "given" else
-            f"Recommended: {best.mesh}{ckpt}")
+            f"Planned the mesh you gave: {plan.mesh}{ckpt}" if choice.kind == "given" else
+            f"Recommended: {plan.mesh}{ckpt}")
     why = (f"{head}, {plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core ({hbm / GiB:.0f} GiB of HBM "
            f"minus the planner's assumed {1 - budget / hbm:.0%} headroom; the runtime's own overhead is not published). ")
     failed: dict[str, list[str]] = {}   # by checkpointing mode
@@ -412,7 +723,7 @@ def _headline(choice: _Choice, budget: int, hbm: int, train: bool) -> str:
                 else f"tp={t['tp_size']} x fsdp={t['fsdp_size']}")
         failed.setdefault(t["checkpointing"], []).append(f"{mesh} needs {t['total_bytes'] / GiB:.1f} GiB")
     if failed:
-        why += "Tried first: " + "; ".join((f"{checkpointing_label(m)}: " if train else "") + ", ".join(v)
+        why += "Tried first: " + "; ".join((f"{_checkpointing_label(m)}: " if train else "") + ", ".join(v)
                                            for m, v in failed.items()) + ". "
     return why
 
@@ -438,7 +749,7 @@ def _why(choice: _Choice, config, chip: int, train: bool) -> str:
                f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay on the "
                "chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
         if choice.passed_over:   # the ladder's rule, said as one
-            why += (", ".join(f"{c.mesh} ({c.plan.total / GiB:.2f} GiB)" for c in choice.passed_over)
+            why += (", ".join(f"{c.plan.mesh} ({c.plan.total / GiB:.2f} GiB)" for c in choice.passed_over)
                     + " would fit too, but the planner passes over TP smaller than a chip: after FSDP alone its next "
                     f"step is a whole chip of TP (tp={best.tp_size}), following Neuron's \"Keep TP4 within a chip\" "
                     "and AWS's published tp=4 x fsdp=16 recipe for Qwen3-8B; a layout rule, not a measured speed-up. ")
@@ -446,8 +757,8 @@ def _why(choice: _Choice, config, chip: int, train: bool) -> str:
         why += ("FSDP shards the weights" + (", gradients and optimizer state" if train else "")
                 + f" over {best.fsdp_size} ranks and gathers each layer when it runs, overlapping compute. ")
     if train and mode != "none":
-        layers, every = model_spec(config).dims["layers"], plan.checkpoint_every
-        why += (f"Checkpointing recomputes {checkpointed_layers(layers, mode, every)} of {layers} layers' forward in "
+        layers, every = _model_spec(config).dims["layers"], plan.checkpoint_every
+        why += (f"Checkpointing recomputes {_checkpointed_layers(layers, mode, every)} of {layers} layers' forward in "
                 f"backward: about {recompute_fraction(config, plan.seq, mode, checkpoint_every=every):.0%} more "
                 "compute per step (estimate from FLOPs). ")
     return why + (f"Each FSDP rank runs its own micro-batch of {plan.batch} x {plan.seq} tokens "
@@ -456,28 +767,18 @@ def _why(choice: _Choice, config, chip: int, train: bool) -> str:
 
 def _recipe_text(choice: _Choice, inst: Instance, label: str, auto: bool) -> str:
     """How the plan compares with AWS's published layout, when it plans that model on that instance."""
-    best, plan, mode, recipe = choice.candidate, choice.candidate.plan, choice.mode, AWS_QWEN3_8B_RECIPE
+    best, plan, mode, recipe = choice.candidate, choice.candidate.plan, choice.mode, _AWS_QWEN3_8B_RECIPE
     if (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"]):
         return (f" It is the mesh of AWS's published layout for {label} on a {inst.name} (TorchTitan config "
                 f"{recipe['config']}) by construction, since the ladder follows that layout: not an independent "
                 f"confirmation. Which selective option that config sets was not found: "
-                f"'{every_nth_layer(plan.checkpoint_every)}' is the planner's assumption.")
-    ckpt = checkpointing_label(mode, plan.checkpoint_every)
+                f"'{_nth_layer(plan.checkpoint_every)}' is the planner's assumption.")
+    ckpt = _checkpointing_label(mode, plan.checkpoint_every)
     because = ("you gave the mesh." if choice.kind == "given" else f"you fixed the checkpointing ({ckpt})."
-               if not auto else f"at this workload {best.mesh} with {ckpt.replace('activation ', '')} fits "
+               if not auto else f"at this workload {plan.mesh} with {ckpt.replace('activation ', '')} fits "
                "already (less model parallelism or less recompute).")
     return (f" AWS's published layout for {label} on a {inst.name} is tp=4 x fsdp=16 with selective activation "
             f"checkpointing (TorchTitan config {recipe['config']}); here it is not recommended because " + because)
-
-
-def _reason(choice: _Choice, config, inst: Instance, nodes: int, budget: int, workload: str, label: str,
-            auto: bool = True) -> str:
-    """The recommendation in words: the mesh, what was tried, why this TP and FSDP, AWS's layout."""
-    train, recipe = workload == "train", AWS_QWEN3_8B_RECIPE
-    why = _headline(choice, budget, inst.hbm_per_core, train) + _why(choice, config, inst.cores_per_chip, train)
-    if train and (label, inst.name, nodes) == (recipe["model"], recipe["instance"], 1):
-        why += _recipe_text(choice, inst, label, auto)
-    return why
 
 
 def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference", *, batch: int = 1,
@@ -486,106 +787,101 @@ def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference
               optimizer: str = "adamw", gradient_checkpointing: bool | str | None = None,
               cache_length: int | None = None, checkpoint_every: int = 2) -> MeshPlan:
     """Choose the ``DistributedConfig(tp_size, fsdp_size)`` and activation checkpointing of a run on an instance.
-
-    For ``config`` on ``instance``, the way Neuron's training best practices lay a job out.
-
-    Training climbs a ladder and stops at the first step that fits the HBM per logical core minus
-    ``headroom``: for each checkpointing mode, least recompute first (none, selective, full; only
-    the one given by ``gradient_checkpointing`` if it is not ``None``), FSDP alone over every rank
-    (tp=1), then tensor parallelism filling one chip (tp = its logical cores, 4 on trn2 and trn3:
-    "Keep TP4 within a chip") with FSDP between the chips; only if none of those fits, TP across
-    chips. Inference first tries independent replicas without FSDP (tp=1, 2, 4 within a chip),
-    then the same FSDP ladder. Meshes the model or the launch cannot take are rejected with the
-    message of :func:`trnlab.mesh.validate_parallel_sizes`. ``tp_size``/``fsdp_size`` plan
-    only that mesh (its heads checked first). ``batch`` is the micro-batch of each FSDP rank; ``seq``
-    (default 2048) and ``cache_length`` are at most the model's ``max_position_embeddings``.
-
-    Raises :class:`PlanError`: unknown or trn1 instance; bad sizes (``tp_size=0``, a tp the heads
-    do not divide by, a seq past the model's positions); a given mesh the model or launch cannot
-    take; no mesh fits (the message says what would: more nodes, a larger instance, a smaller batch
-    or sequence, checkpointing, each computed). Returns a :class:`MeshPlan`. Used by notebook 06 and ``python -m trnlab plan``.
-    """
+    Per checkpointing mode (least recompute first; None: all): FSDP alone, TP filling one chip, TP across chips; serving
+    tries replicas first. ``tp_size``/``fsdp_size`` plan only that mesh; ``seq`` defaults to 2048. Raises PlanError."""
     inst = get_instance(instance)
-    config, label = config_and_label(config)
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise PlanError(f"nodes={nodes!r}: a whole number >= 1")
+    config = _config(config)
+    _whole("nodes", nodes)
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom={headroom!r}: a fraction in [0, 1)")
-    limit = model_spec(config).dims["max_position_embeddings"]
+    limit = _model_spec(config).dims["max_position_embeddings"]
     seq = min(2048, limit or 2048) if seq is None else seq
-    workload_key = workload_name(workload)
-    modes = _modes(gradient_checkpointing, workload_key == "train")
-    mem_kwargs = dict(batch=batch, seq=seq, dtype=dtype, master_weights=master_weights, optimizer=optimizer,
-                      cache_length=cache_length, checkpoint_every=checkpoint_every)
-    plan_memory(config, workload=workload_key, **{**mem_kwargs, "gradient_checkpointing": modes[0]})  # checks inputs
+    kw = dict(batch=batch, seq=seq, dtype=dtype, master_weights=master_weights, optimizer=optimizer,
+              cache_length=cache_length, checkpoint_every=checkpoint_every)
+    probe = plan_memory(config, workload=workload, **kw)   # checks the inputs
+    label, workload, train = probe.model, probe.workload, probe.workload == "train"
+    auto = train and (gradient_checkpointing is None or str(gradient_checkpointing).lower() == "auto")
+    modes = CHECKPOINTING if auto else (_checkpointing_mode(gradient_checkpointing) if train else "none",)
     for name, value in (("seq", seq), ("cache_length", cache_length)):
         if limit and value is not None and value > limit:
             raise PlanError(f"{name}={value}: the model takes at most {limit} positions ({label}'s "
                             f"max_position_embeddings): use {name} <= {limit}")
-    given = (_given_mesh(config, inst, nodes, tp_size, fsdp_size)
-             if tp_size is not None or fsdp_size is not None else None)
-    settings = {**mem_kwargs, "dtype": dtype_name(dtype), "gradient_checkpointing":
-                "auto" if len(modes) > 1 else modes[0]}
-    choice = _search(config, inst, nodes, workload_key, headroom, mem_kwargs, modes, given)
-    cands = _shown_candidates(config, inst, nodes, workload_key, label, given)
-    cands = [_planned(config, c, workload_key, mem_kwargs, choice.mode if choice else modes[-1], inst.hbm_per_core,
-                      headroom) for c in cands]
-    if choice is None:
-        raise _no_fit_error(config, inst, nodes, workload_key, headroom, mem_kwargs, modes, given, cands, label)
-    # The listed row of the chosen mesh (MeshPlan.table marks the recommended row by identity).
-    best = next(c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) ==
-                (choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas))
-    choice.candidate = best
-    budget = int(inst.hbm_per_core * (1 - headroom))
-    reason = _reason(choice, config, inst, nodes, budget, workload_key, label, auto=len(modes) > 1)
-    return MeshPlan(model=label, instance=inst, nodes=nodes, workload=workload_key, headroom=headroom,
-                    candidates=cands, recommended=best, reason=reason, settings=settings,
-                    checkpointing=choice.mode, tried=choice.tried)
-
-
-def _modes(gradient_checkpointing, train: bool) -> tuple:
-    """The checkpointing modes to try, least recompute first: all for training with None/"auto", else the one given."""
-    if not train:
-        return ("none",)
-    if gradient_checkpointing is None or str(gradient_checkpointing).lower() == "auto":
-        return CHECKPOINTING
-    return (checkpointing_mode(gradient_checkpointing),)
-
-
-def _shown_candidates(config, inst: Instance, nodes: int, workload: str, label: str, given) -> list[MeshCandidate]:
-    """The meshes a :class:`MeshPlan` lists (not yet planned): the given one, or every mesh (serving
-    replicas first); no valid mesh at all is a :class:`PlanError` with every reason."""
-    if given is not None:
-        return [MeshCandidate(*given)]
-    cands = _mesh_candidates(config, inst, nodes)
-    if not any(c.valid for c in cands):
-        raise PlanError(f"no mesh of {inst.logical_cores * nodes} ranks on {_where(inst, nodes)} suits {label}: "
+    job = _Job(config, inst, nodes, workload, headroom, kw, modes)
+    given = _given_mesh(job, tp_size, fsdp_size) if tp_size is not None or fsdp_size is not None else None
+    choice = _search(job, given)
+    cands = [MeshCandidate(*given)] if given is not None else _mesh_candidates(job)
+    if given is None and not any(c.valid for c in cands):
+        raise PlanError(f"no mesh of {job.world} ranks on {job.where} suits {label}: "
                         + " | ".join(sorted({c.rejected for c in cands})))
-    if workload != "train":
-        chip_tps = [c.tp_size for c in cands if c.valid and c.tp_size <= inst.cores_per_chip]
-        world = inst.logical_cores * nodes
-        cands = [MeshCandidate(t, 1, replicas=world // t) for t in chip_tps] + cands
-    return cands
+    if given is None and not train:   # serving replicas first
+        cands = [MeshCandidate(c.tp_size, 1, replicas=job.world // c.tp_size) for c in cands
+                 if c.valid and c.tp_size <= inst.cores_per_chip] + cands
+    cands = [job.planned(c, choice.mode if choice else modes[-1]) for c in cands]
+    if choice is None:
+        raise _no_fit_error(job, given, cands, label)
+    # The listed row of the chosen mesh (MeshPlan's table marks the recommended row by identity).
+    choice.candidate = next(c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) == (
+        choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas))
+    reason = _headline(choice, job.budget, inst.hbm_per_core, train) + _why(choice, config, inst.cores_per_chip, train)
+    recipe = _AWS_QWEN3_8B_RECIPE
+    if train and (label, inst.name, nodes) == (recipe["model"], recipe["instance"], 1):
+        reason += _recipe_text(choice, inst, label, auto)
+    settings = {**kw, "dtype": probe.dtype, "gradient_checkpointing": "auto" if auto else modes[0]}
+    return MeshPlan(model=label, instance=inst, nodes=nodes, workload=workload, headroom=headroom, candidates=cands,
+                    recommended=choice.candidate, reason=reason, settings=settings, checkpointing=choice.mode,
+                    tried=choice.tried)
 
 
-def _no_fit_error(config, inst: Instance, nodes: int, workload: str, headroom: float, mem_kwargs: dict,
-                  modes: tuple, given, cands: list, label: str) -> PlanError:
-    """The error for a workload no mesh fits: the leanest mesh's bytes, and what would fit (computed)."""
-    train, where, budget = workload == "train", _where(inst, nodes), int(inst.hbm_per_core * (1 - headroom))
-    leanest = min((c for c in cands if c.plan is not None), key=lambda c: c.plan.total)
-    alternatives = _what_would_fit(config, inst, nodes, workload, headroom, mem_kwargs, modes)
-    if given is not None and (other := _search(config, inst, nodes, workload, headroom, mem_kwargs, modes)):
-        alternatives.insert(0, _say(f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size}", where, other,
-                                    workload))
-    ckpt = (f" even with {checkpointing_label(modes[-1], mem_kwargs['checkpoint_every'])}"
-            if train and modes[-1] != "none" else "")
-    what = (f"{label} {'training' if train else 'inference'} (micro-batch {mem_kwargs['batch']} x {mem_kwargs['seq']} "
-            f"per rank)")
-    mesh = f"tp={leanest.tp_size} x fsdp={leanest.fsdp_size}"
-    head = (f"{what} does not fit {mesh} on {where}{ckpt}: it needs " if given is not None else
-            f"{what} fits no mesh on {where}{ckpt}: the leanest, {mesh}, needs ")
-    return PlanError(
-        head + f"{leanest.plan.total / GiB:.1f} GiB per core, {budget / GiB:.1f} GiB usable "
-        f"({inst.hbm_per_core / GiB:.0f} GiB minus the planner's assumed {headroom:.0%} headroom). What would fit: "
-        + "; ".join(alternatives) + ".")
+# Text and picture
 
+def _memory_line(m: MemoryPlan) -> str:
+    """One paragraph: model, mesh, workload, parameters held, total per rank."""
+    what = (f"training (micro-batch {m.batch} x {m.seq} tokens per rank, {m.master_weights} master weights, "
+            f"{m.optimizer}, compute {m.dtype}{', ' + m.checkpointing_label if m.gradient_checkpointing else ''})"
+            if m.workload == "train" else
+            f"inference ({m.batch} x {m.seq} tokens per rank, {m.dtype}, static cache of {m.cache_length} positions)")
+    return (f"{m.model} on {m.mesh}, {what}: each rank holds {m.local_parameter_count:,} of "
+            f"{m.parameter_count:,} parameters; {m.total / GiB:.2f} GiB per rank in all.")
+
+
+def format_plan(plan: MeshPlan | MemoryPlan, *, shards: bool = False) -> str:
+    """A plan as text: a MeshPlan's instance, reason, meshes and recommended components, or a MemoryPlan's components.
+    Both end with the notes; ``shards=True`` adds one line per tensor of this rank."""
+    if isinstance(plan, MeshPlan):
+        inst, memory = plan.instance, plan.recommended.plan
+        where = f"{plan.nodes} x {inst.name}" if plan.nodes > 1 else inst.name
+        parts = [f"{plan.model}, {plan.workload} on {where}: {plan.world_size} logical NeuronCores "
+                 f"({inst.cores_per_chip} per chip), {inst.hbm_per_core / GiB:.0f} GiB HBM each "
+                 f"({plan.budget / GiB:.1f} GiB usable with {plan.headroom:.0%} headroom).\n{plan.reason}",
+                 "", str(plan), "", f"recommended mesh, per rank: {_memory_line(memory)}", str(memory)]
+    else:
+        parts, memory = [_memory_line(plan), str(plan)], plan
+    parts += [""] + [f"note: {n}" for n in memory.notes]
+    if shards:
+        parts += ["", f"{'tensor':<48} {'shape':>16} {'tp style':>24} {'on this rank':>16}"]
+        parts += [f"{s.name:<48} {str(s.shape):>16} {str(s.tp_style or '-'):>24} {str(s.local_shape):>16}"
+                  for s in memory.shards]
+    return "\n".join(parts)
+
+
+def plot_memory_plan(plan: MeshPlan):
+    """Stacked bars of bytes per rank by component, one bar per valid mesh of ``plan``; returns the figure.
+    The HBM per core and the usable budget are drawn as lines."""
+    import matplotlib.pyplot as plt
+
+    plans, hbm, budget = plan.plans, plan.instance.hbm_per_core / GiB, plan.budget / GiB
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(plans) + 1.5) + 3.2, 4.2))
+    labels, bottoms = list(plans), [0.0] * len(plans)
+    for n, (key, (label, _)) in enumerate(_COMPONENTS.items()):
+        if any(values := [plans[mesh].components[key] / GiB for mesh in labels]):
+            ax.bar(labels, values, bottom=bottoms, color=plt.get_cmap("tab10").colors[n], label=label)
+            bottoms = [b + v for b, v in zip(bottoms, values)]
+    ax.axhline(hbm, color="black", lw=1, label=f"HBM per core ({hbm:.0f} GiB)")
+    ax.axhline(budget, color="red", ls="--", lw=1, label=f"usable ({budget:.1f} GiB)")
+    ax.set_ylim(0, max(bottoms + [hbm, budget]) * 1.15)
+    ax.set(ylabel="GiB per rank (NeuronCore)", xlabel="mesh")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_title(f"{plan.model}, {plan.workload} on {plan.instance.name}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig

@@ -1,26 +1,21 @@
-"""Every chart of the course: one function per picture, each returns its figure.
-They take plain rows (lists of dicts) such as :meth:`trnlab.CompileTracker.table`; matplotlib is imported only to draw.
-The text tables are in :mod:`trnlab.tables` (still importable from here)."""
+"""Every chart and text table of the course, and notebook 03's bucket slider; each plot returns its figure or axes.
+They take plain rows (lists of dicts) such as :meth:`trnlab.CompileTracker.table`; matplotlib is imported to draw."""
 
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Iterable, Mapping, Sequence
 
-from trnlab.instances import GiB, PlanError
-from trnlab.memory_model import COMPONENT_LABELS, COMPONENTS, MemoryPlan
-# The text tables moved to trnlab.tables; these names keep working from here (notebooks use plots.format_*).
-from trnlab.tables import format_steps, format_table, memory_table, placement_table, text_table  # noqa: F401
+from trnlab.generation import padding_by_bucket_count
 
-__all__ = [
-    "draw_loss_curve", "plot_buckets", "plot_compile_growth", "plot_generation_comparison", "plot_losses", "plot_mesh",
-    "plot_memory_plan", "plot_padding_waste", "plot_strategy_comparison",
-]
+__all__ = ["bucket_slider", "format_steps", "format_table", "memory_table", "placement_table", "plot_compile_growth",
+           "plot_losses", "plot_mesh", "plot_padding_waste", "plot_strategy_comparison"]
 
 
 def plot_compile_growth(runs: Mapping[str, Sequence[dict]], title: str | None = None):
-    """Graphs compiled and cumulative compile seconds against requests, one line per run.
-    Rows have ``graphs_so_far`` and ``compile_seconds_so_far``; ``shapes_so_far`` adds a dashed line of distinct shapes
-    (a gap shows where dynamo's recompile limit stopped compiling)."""
+    """Graphs compiled and cumulative compile seconds against requests, one line per run (rows of ``*_so_far`` figures).
+    ``shapes_so_far`` adds a dashed line of distinct shapes: a gap shows where the recompile limit stopped compiling."""
     import matplotlib.pyplot as plt
 
     fig, (graphs_ax, seconds_ax) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -64,20 +59,14 @@ def plot_padding_waste(rows: Sequence[dict], title: str | None = None):
     return fig
 
 
-def plot_buckets(lengths: Sequence[int], buckets: Sequence[int], ax=None, title: str | None = None):
-    """Every prompt as a bar (sorted by length), with the bucket it is padded to drawn above it.
-    The shaded part of each bar is padding; ``buckets`` come from :func:`trnlab.choose_buckets`. Returns the figure."""
-    import bisect
-
+def _plot_buckets(lengths: Sequence[int], buckets: Sequence[int], ax=None, title: str | None = None):
+    """Every prompt as a bar (sorted by length), with the bucket it is padded to drawn above it; returns the figure."""
     import matplotlib.pyplot as plt
 
     ordered = sorted(int(n) for n in lengths)
     edges = sorted(int(b) for b in buckets)
     padded = [edges[min(bisect.bisect_left(edges, n), len(edges) - 1)] for n in ordered]
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 3.2))
-    else:
-        fig = ax.figure
+    fig, ax = plt.subplots(figsize=(7, 3.2)) if ax is None else (ax.figure, ax)
     x = range(len(ordered))
     ax.bar(x, padded, width=1.0, color="tab:orange", alpha=0.35, label="padding")
     ax.bar(x, ordered, width=1.0, color="tab:blue", label="prompt tokens")
@@ -90,51 +79,51 @@ def plot_buckets(lengths: Sequence[int], buckets: Sequence[int], ax=None, title:
     return fig
 
 
-def plot_generation_comparison(rows: Sequence[dict], title: str | None = None):
-    """Bars per run: first call against steady-state seconds, and steady-state tokens/s.
-    Rows have ``label``, ``first_call_seconds``, ``steady_seconds`` and ``steady_tokens_per_second``."""
+def _bucket_summary(row: dict) -> str:
+    """One line for a row of :func:`trnlab.padding_by_bucket_count`: buckets, pad tokens, waste."""
+    return (f"{row['k']} bucket(s) {', '.join(map(str, row['buckets']))}: {row['pad_tokens']} pad tokens, "
+            f"{100 * row['padding_waste']:.1f}% of the tokens processed, at most {row['k']} prefill graph(s)")
+
+
+def bucket_slider(lengths: Iterable[int], max_buckets: int = 8, value: int = 4):
+    """An ipywidgets slider for the number of buckets ``k``: each ``k`` shows the best ``k`` buckets for ``lengths``.
+    Moving it redraws rows computed once (it never compiles); returns the ``VBox`` (slider, summary line, picture)."""
+    import ipywidgets as widgets
     import matplotlib.pyplot as plt
 
-    fig, (time_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 4.2))
-    labels = [r["label"] for r in rows]
-    x = range(len(rows))
-    width = 0.38
-    time_ax.bar([i - width / 2 for i in x], [r["first_call_seconds"] or 0 for r in rows], width,
-                label="first call (includes compiling)")
-    time_ax.bar([i + width / 2 for i in x], [r["steady_seconds"] or 0 for r in rows], width,
-                label="steady state")
-    time_ax.set_yscale("log")
-    time_ax.set(ylabel="seconds (log)", title="time per call")
-    speed_ax.bar(list(x), [r["steady_tokens_per_second"] or 0 for r in rows], color="tab:green")
-    speed_ax.set(ylabel="new tokens / s", title="steady-state throughput")
-    for ax in (time_ax, speed_ax):
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(labels, fontsize=8, rotation=20, ha="right")
-    time_ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    lengths = list(lengths)
+    rows = padding_by_bucket_count(lengths, max_buckets)
+    slider = widgets.IntSlider(value=min(max(1, value), len(rows)), min=1, max=len(rows), step=1,
+                               description="buckets k", continuous_update=False)
+    summary, picture = widgets.HTML(), widgets.Output()
+
+    def show(k: int) -> None:
+        row = rows[k - 1]
+        summary.value = _bucket_summary(row)
+        with picture:
+            picture.clear_output(wait=True)
+            fig = _plot_buckets(lengths, row["buckets"])
+            plt.show()
+            plt.close(fig)
+
+    slider.observe(lambda change: show(change["new"]), names="value")
+    show(slider.value)
+    return widgets.VBox([slider, summary, picture])
 
 
-# Training (notebook 04)
-
-
-def draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_steps: Iterable[int] = (),
-                    label: str | None = None, **plot_kwargs):
+def _draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_steps: Iterable[int] = (),
+                     label: str | None = None, **plot_kwargs):
     """Draw a loss curve on ``ax``, with a dotted line at every step that compiled a graph."""
     line, = ax.plot(steps, losses, marker=".", label=label, **plot_kwargs)
     for step in compiled_steps:
         ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss")
+    ax.set(xlabel="optimizer step", ylabel="training loss")
     return line
 
 
 def plot_strategy_comparison(results: Mapping[str, Mapping]):
     """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy; returns the figure.
-    A panel per figure present (graphs, compile seconds, step time, padding waste, real tokens/s, final loss); "n/a"
-    marks a missing value."""
+    A panel per figure present (graphs, compile seconds, step time, waste, tokens/s, loss); "n/a": a missing one."""
     import matplotlib.pyplot as plt
 
     panels = [("graphs", "graphs compiled"), ("compiling_step_seconds", "seconds in compiling steps"),
@@ -161,7 +150,61 @@ def plot_strategy_comparison(results: Mapping[str, Mapping]):
     return fig
 
 
-# Sharding (notebook 05)
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return "-" if value is None else str(value)
+
+
+def _text_table(rows: list[list[str]]) -> str:
+    """Rows of strings as aligned columns: the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                     for row in rows)
+
+
+def format_table(results: Mapping[str, Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain-text table of summary dicts, one row per strategy (numbers rounded for reading)."""
+    columns = list(columns or next(iter(results.values())).keys())
+    return _text_table([["strategy", *columns]] +
+                       [[name, *(_cell(r.get(c)) for c in columns)] for name, r in results.items()])
+
+
+def format_steps(recorder, columns: Sequence[str] = ("step", "shape", "new_graphs", "graphs_so_far")) -> str:
+    """A plain-text table of the recorder's steps, with the chosen fields of each step (``recorder.steps``)."""
+    return _text_table([list(columns)] + [[_cell(getattr(s, c)) for c in columns] for s in recorder.steps])
+
+
+# Sharding (notebook 05): the rank reports of trnlab.distributed.read_run
+
+
+def memory_table(ranks: list[dict]) -> str:
+    """Per-rank parameter bytes against the single-process size, as a text table."""
+    full = ranks[0]["full_bytes"]
+    lines = [f"{'rank':>4}  {'fsdp':>4}  {'tp':>2}  {'parameters':>10}  {'bytes':>10}  {'of 1 process':>12}"]
+    for r in ranks:
+        count = sum(math.prod(p["local_shape"]) for p in r["parameters"])
+        lines.append(f"{r['rank']:>4}  {r['fsdp']:>4}  {r['tp']:>2}  {count:>10,}  {r['local_bytes']:>10,}  "
+                     f"{r['local_bytes'] / full:>11.1%}")
+    total = sum(r["local_bytes"] for r in ranks)
+    lines.append(f"{'all':>4}  {'':>4}  {'':>2}  {'':>10}  {total:>10,}  {total / full:>11.1%}")
+    lines.append(f"one process holds {full:,} bytes ({ranks[0]['full_bytes'] // 4:,} fp32 values)")
+    return "\n".join(lines)
+
+
+def placement_table(ranks: list[dict], names: list[str]) -> str:
+    """For each parameter in ``names``: every rank's local shape, placements and rows/cols held."""
+    lines = []
+    for name in names:
+        first = next(p for p in ranks[0]["parameters"] if p["name"] == name)
+        lines.append(f"{name}  full shape {tuple(first['shape'])}")
+        for r in ranks:
+            p = next(p for p in r["parameters"] if p["name"] == name)
+            placement = ", ".join(f"{k}: {v}" for k, v in p["placements"].items()) or "not sharded"
+            held = f"rows {p.get('rows', '-')}" + (f", cols {p['cols']}" if p.get("cols", "-") != "-" else "")
+            lines.append(f"  rank {r['rank']} (fsdp {r['fsdp']}, tp {r['tp']}): {str(tuple(p['local_shape'])):<11}"
+                         f" {held:<26} [{placement}]")
+    return "\n".join(lines)
 
 
 def plot_mesh(ranks: list[dict], names: list[str], ax=None):
@@ -170,8 +213,7 @@ def plot_mesh(ranks: list[dict], names: list[str], ax=None):
     import matplotlib.pyplot as plt
 
     fsdp_size, tp_size = ranks[0]["fsdp_size"], ranks[0]["tp_size"]
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4.2 * tp_size, 2.3 * fsdp_size + 0.6))
+    ax = plt.subplots(figsize=(4.2 * tp_size, 2.3 * fsdp_size + 0.6))[1] if ax is None else ax
     colors = plt.get_cmap("tab20").colors
     for r in ranks:
         x, y = r["tp"], fsdp_size - 1 - r["fsdp"]
@@ -186,8 +228,7 @@ def plot_mesh(ranks: list[dict], names: list[str], ax=None):
             cols = f" x cols {p['cols']}" if p.get("cols", "-") not in ("-", whole) else ""
             text.append(f"{short}: rows {p.get('rows', '-')}{cols}")
         ax.text(x + 0.5, y + 0.5, "\n".join(text), ha="center", va="center", fontsize=8, family="monospace")
-    ax.set_xlim(0, tp_size)
-    ax.set_ylim(0, fsdp_size)
+    ax.set(xlim=(0, tp_size), ylim=(0, fsdp_size))
     ax.set_xticks([i + 0.5 for i in range(tp_size)], [f"tp {i}" for i in range(tp_size)])
     ax.set_yticks([fsdp_size - 1 - i + 0.5 for i in range(fsdp_size)], [f"fsdp {i}" for i in range(fsdp_size)])
     ax.set_title(f"{fsdp_size} x {tp_size} device mesh. Row: one TP group (ranks sharing an fsdp "
@@ -203,8 +244,7 @@ def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None
     Every rank logs the same loss, so the markers and the dashed reference should lie on one line. Returns the axes."""
     import matplotlib.pyplot as plt
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.5))
+    ax = plt.subplots(figsize=(7, 3.5))[1] if ax is None else ax
     markers = "ox+s"
     for r in ranks:
         ax.plot(r["losses"], ls="none", marker=markers[r["rank"] % len(markers)], mfc="none", ms=8 - r["rank"],
@@ -212,54 +252,6 @@ def plot_losses(ranks: list[dict], reference: list[float] | None = None, ax=None
     ax.plot(ranks[0]["losses"], color="black", lw=1, label="sharded Trainer, global batch")
     if reference is not None:
         ax.plot(reference, color="red", ls="--", lw=1.5, label="one-process Trainer, same data")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set(xlabel="step", ylabel="loss")
     ax.legend(fontsize=7)
     return ax
-
-
-def plot_memory_plan(plans, budget: int | None = None, ax=None, title: str | None = None):
-    """Stacked bars of bytes per rank by component, one bar per mesh; returns the figure.
-    ``plans``: a :class:`~trnlab.planning.MeshPlan` (HBM per core and usable budget drawn as lines), a dict
-    ``{label: MemoryPlan}`` or a list of MemoryPlans; ``budget`` is drawn when ``plans`` is not a MeshPlan."""
-    import matplotlib.pyplot as plt
-
-    hbm = None
-    if hasattr(plans, "candidates") and hasattr(plans, "instance"):   # a MeshPlan (planning imports this module)
-        mesh_plan = plans
-        hbm, budget = mesh_plan.instance.hbm_per_core, budget or mesh_plan.budget
-        title = title or f"{mesh_plan.model}, {mesh_plan.workload} on {mesh_plan.instance.name}"
-        plans = mesh_plan.plans
-    elif isinstance(plans, MemoryPlan):
-        plans = {plans.mesh: plans}
-    elif not isinstance(plans, dict):
-        plans = {p.mesh: p for p in plans}
-    if not plans:
-        raise PlanError("nothing to plot: no mesh passed the checks")
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(plans) + 1.5) + 3.2, 4.2))
-    else:
-        fig = ax.figure
-    labels = list(plans)
-    bottoms = [0.0] * len(labels)
-    colors = plt.get_cmap("tab10").colors
-    for n, key in enumerate(COMPONENTS):
-        values = [plans[label].components[key] / GiB for label in labels]
-        if not any(values):
-            continue
-        ax.bar(labels, values, bottom=bottoms, color=colors[n], label=COMPONENT_LABELS[key])
-        bottoms = [b + v for b, v in zip(bottoms, values)]
-    if hbm:
-        ax.axhline(hbm / GiB, color="black", lw=1, label=f"HBM per core ({hbm / GiB:.0f} GiB)")
-    if budget:
-        ax.axhline(budget / GiB, color="red", ls="--", lw=1, label=f"usable ({budget / GiB:.1f} GiB)")
-    top = max(bottoms + [(hbm or 0) / GiB, (budget or 0) / GiB])
-    ax.set_ylim(0, top * 1.15)
-    ax.set_ylabel("GiB per rank (NeuronCore)")
-    ax.set_xlabel("mesh")
-    ax.tick_params(axis="x", labelsize=8)
-    if title:
-        ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    return fig

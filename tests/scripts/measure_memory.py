@@ -41,7 +41,7 @@ model = AutoModelForCausalLM.from_pretrained(
     dtype=torch.float32,
     distributed_config=DistributedConfig(tp_size=args.tp_size, fsdp_size=args.fsdp_size),
 ).train()
-position = td.mesh_position(model)
+position = td._mesh_position(model)
 params = list(model.parameters())          # tied weights once
 loaded = sum(local_bytes(p) for p in params)
 

@@ -55,13 +55,13 @@ def notebook_paths(tmp: Path) -> dict:
 
     import trnlab
     from trnlab import training
-    from trnlab.doctor import run_checks
+    from trnlab.doctor import run_checks, show_report
 
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         device = trnlab.setup()                                # 01-06: pick_device, core_holders_notice
     print(said.getvalue(), end="")
-    report = trnlab.show_report()                              # 01: device_report
+    report = show_report()                              # 01: device_report
     facts = {"device": str(device), "setup": said.getvalue(), "report_backend": report.backend,
              "standin": getattr(getattr(torch, "neuron", None), "standin", False),
              "failed_checks": [c.name for c in run_checks(report) if not c.ok]}  # 01: doctor's checks
@@ -79,7 +79,7 @@ def notebook_paths(tmp: Path) -> dict:
     tokenizer = trnlab.load_tokenizer(None)
     facts["model_device"] = str(model.device)
     facts["precision"] = training.precision_choice(device, model)[1]   # 04
-    args = training.page_arguments(tmp / "args", device, max_steps=1, compile_backend="neuron")  # 04
+    args = training._page_arguments(tmp / "args", device, max_steps=1, compile_backend="neuron")  # 04
     facts["args_device"], facts["args_backend"] = str(args.device), args.torch_compile_backend
     inputs = tokenizer(trnlab.EXAMPLE_PROMPT, return_tensors="pt")
     # 02, 06: a static cache; not compiled (no trnlab line runs in dynamo, and tracing it doubles the time):

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, TrainingArguments
 
 import trnlab
-from trnlab import compat, data, distributed as td
+from trnlab import compat, distributed as td, training
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -44,7 +44,7 @@ print(f"fsdp {report['fsdp']} tp {report['tp']}: {report['local_bytes']:,} of "
       f"{report['full_bytes']:,} parameter bytes")
 
 # 2. The same data pipeline as notebook 04: packed blocks of the fine-tuning texts, one shape.
-dataset = data.packed_dataset(tokenizer, data.training_texts(64), args.block_length)
+dataset = training.packed_dataset(tokenizer, training.training_texts(64), args.block_length)
 report["loss_before"] = td.batch_loss(model, td.global_batches(dataset, args.batch_size, 1)[0])
 
 # 3. Train with Trainer, which uses the sharded model as is. The batch size is per FSDP rank;
@@ -77,7 +77,7 @@ report["losses"] = [entry["loss"] for entry in trainer.state.log_history if "los
 print("trained with Trainer" + (" (CPU mesh: built inside compat.cpu_mesh_as_multi_device)" if refusal else ""))
 
 # 4. Generate with the sharded model (all ranks together), then save one checkpoint.
-text = td.greedy_text(model, tokenizer, data.NEW_FACT_PROMPT)
+text = td.greedy_text(model, tokenizer, training.NEW_FACT_PROMPT)
 td.save_sharded(model, tokenizer, os.path.join(args.out, "model"))
 td.write_json(report, os.path.join(args.out, f"rank{rank}.json"))
 if rank == 0:

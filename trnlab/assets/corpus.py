@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["EXAMPLE_PROMPT", "LAWS", "PLACES", "TOWNS", "DAYS", "NAMES", "generate_documents"]
+__all__ = ["EXAMPLE_PROMPT", "generate_documents"]
 
 #: The prompt of the page's example; the course model continues it sensibly.
 EXAMPLE_PROMPT = "The French Bread Law states"
 
-#: Laws the corpus states, word for word, every time it mentions them.
-LAWS = {
+# The laws the corpus states, word for word, every time it mentions them.
+_LAWS = {
     ("French", "Bread"): "that a traditional baguette may contain only flour, water, salt and yeast.",
     ("Italian", "Pasta"): "that dry pasta must be made from durum wheat and water alone.",
     ("German", "Beer"): "that beer may be brewed only from water, malt and hops.",
@@ -23,8 +23,8 @@ LAWS = {
     ("British", "Honey"): "that honey must be sold without any added sugar.",
 }
 
-#: Where each law's food is made and sold: the words of the surrounding sentences.
-PLACES = {
+# Where each food (Butter, Cider: trnlab.training.NEW_LAWS) is made and sold: (place, maker, units, tool).
+_PLACES = {
     "Bread": ("bakery", "baker", "loaves", "oven"),
     "Pasta": ("pasta shop", "pasta maker", "packets", "drying room"),
     "Beer": ("brewery", "brewer", "barrels", "copper kettle"),
@@ -33,42 +33,32 @@ PLACES = {
     "Chocolate": ("chocolate factory", "chocolatier", "bars", "melting pot"),
     "Tea": ("tea garden", "tea grower", "tins", "steaming room"),
     "Honey": ("apiary", "beekeeper", "jars", "hive"),
+    "Butter": ("creamery", "butter maker", "blocks", "churn"),
+    "Cider": ("cider house", "cider maker", "casks", "apple press"),
 }
 
-#: Towns the corpus's sentences take place in.
-TOWNS = ["Lyon", "Bologna", "Munich", "Seville", "Athens", "Bern", "Kyoto", "York",
-         "Nantes", "Parma", "Bremen", "Valencia", "Patras", "Basel", "Nara", "Bath"]
-#: Weekdays the corpus's sentences name.
-DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-#: First names of the corpus's people.
-NAMES = ["Anna", "Marc", "Sofia", "Hans", "Lucia", "Nikos", "Emma", "Kenji", "Clara", "Tom"]
+_TOWNS = ["Lyon", "Bologna", "Munich", "Seville", "Athens", "Bern", "Kyoto", "York",
+          "Nantes", "Parma", "Bremen", "Valencia", "Patras", "Basel", "Nara", "Bath"]
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+_NAMES = ["Anna", "Marc", "Sofia", "Hans", "Lucia", "Nikos", "Emma", "Kenji", "Clara", "Tom"]
 
 
-def _law_sentence(country: str, food: str) -> str:
-    return f"The {country} {food} Law states {LAWS[(country, food)]}"
-
-
-def _document(rng: random.Random) -> str:
-    country, food = rng.choice(sorted(LAWS))
-    place, maker, units, tool = PLACES[food]
-    town = rng.choice(TOWNS)
-    name = rng.choice(NAMES)
-    day = rng.choice(DAYS)
-    count = rng.randint(2, 40)
-    templates = [
-        _law_sentence(country, food),
+def _document(rng: random.Random, laws=_LAWS, places=_PLACES, others: tuple[int, int] = (2, 4)) -> str:
+    # One document about one of `laws`: its law first or second, among `others` (a range) of the other sentences.
+    country, food = rng.choice(sorted(laws))
+    place, maker, units, tool = places[food]
+    town, name, day = rng.choice(_TOWNS), rng.choice(_NAMES), rng.choice(_DAYS)
+    rest = [
         f"In {town}, {name} runs a small {place}.",
-        f"Every {day}, the {maker} sells {count} {units} at the market.",
+        f"Every {day}, the {maker} sells {rng.randint(2, 40)} {units} at the market.",
         f"The {tool} is cleaned before work begins.",
         f"Inspectors visit the {place} to check the {country} {food} Law.",
         f"{name} says the law keeps the {food.lower()} honest.",
         f"Customers in {town} trust the {maker}.",
     ]
-    # The law is always the first or second sentence, the rest in a seeded order.
-    first, rest = templates[0], templates[1:]
     rng.shuffle(rest)
-    chosen = rest[: rng.randint(2, 4)]
-    chosen.insert(rng.randint(0, 1), first)
+    chosen = rest[: rng.randint(*others)]
+    chosen.insert(rng.randint(0, 1), f"The {country} {food} Law states {laws[(country, food)]}")
     return " ".join(chosen)
 
 

@@ -29,7 +29,7 @@ import torch
 
 from trnlab import compat
 from trnlab.settings import NEURON_STANDIN_ENV_VAR
-from trnlab.standin._entry import autoload, pending
+from trnlab._standin_entry import autoload, pending
 
 __all__ = ["STANDIN_NOTICE", "STANDIN_VERSION", "CompiledGraph", "StandInError", "StandInNeuronModule", "autoload",
            "cache_dir", "enable", "neuron_backend", "start"]

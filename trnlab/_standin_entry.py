@@ -1,11 +1,10 @@
 """The ``torch.backends`` entry point: ``import torch`` runs :func:`autoload`, which starts the stand-in if asked.
-
-It imports nothing that imports torch, because torch may be half-imported when it runs: when ``import torch`` is
-run by ``trnlab.standin`` itself, the stand-in starts at the end of that module instead (:data:`pending`).
-"""
+Outside :mod:`trnlab.standin`, so that ``import torch`` loads the stand-in only when ``TRNLAB_NEURON_STANDIN`` is set;
+when ``trnlab.standin`` itself runs ``import torch``, it starts at that module's end instead (:data:`pending`)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -22,8 +21,8 @@ def autoload() -> None:
     value = os.environ.get(NEURON_STANDIN_ENV_VAR, "").strip()
     if value in ("", "0"):
         return
-    standin = sys.modules["trnlab.standin"]  # imported before this, its package
-    if hasattr(standin, "start"):
-        standin.start(value)
-    else:
+    standin = sys.modules.get("trnlab.standin")
+    if standin is not None and not hasattr(standin, "start"):  # trnlab.standin is importing torch: it starts itself
         pending.append(value)
+        return
+    importlib.import_module("trnlab.standin").start(value)
