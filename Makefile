@@ -97,9 +97,11 @@ lab: setup
 	$(LAB_ENV) $(BIN)/jupyter lab $(ROOT_ARGS) $(LAB_ARGS) $(NOTEBOOKS)
 
 # tests/browser drives JupyterLab in Chromium (Debian's chromium: apt-get install chromium) with
-# Playwright, installed here when missing (it is the project's `browser` extra).
+# Playwright, installed here when missing (it is the project's `browser` extra); ninja too, which the
+# stand-in neuron device builds with (g++ comes from the system: apt-get install g++).
 browser-deps: setup
 	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(PIP) install -q "playwright>=1.40"; }
+	@command -v ninja >/dev/null || [ -x $(BIN)/ninja ] || { echo "make: installing ninja into $(VENV) for the stand-in neuron device"; $(PIP) install -q ninja; }
 
 # One pytest session: unit tests, browser tests, every notebook as committed (with the course's
 # notebook rules, --trnlab-rules), then every notebook once more as on a trn2 (--notebook-env): on the

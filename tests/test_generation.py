@@ -80,11 +80,11 @@ def test_choose_buckets_rejects_bad_lengths():
 def test_bucket_for_and_padding_waste():
     assert [gen._bucket_for(n, (8, 16, 32)) for n in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
     assert gen.bucket_pad_tokens([1, 8, 9, 32], (32, 8, 16)) == 7 + 0 + 7 + 0
-    with pytest.raises(gen.PromptTooLongError, match="longer than the longest bucket .32.*truncate=True"):
+    with pytest.raises(gen.SettingError, match="longer than the longest bucket .32.*truncate=True"):
         gen._bucket_for(33, (8, 16, 32))
-    with pytest.raises(gen.PromptTooLongError):
+    with pytest.raises(gen.SettingError):
         gen.bucket_pad_tokens([4, 40], (8, 32))
-    assert issubclass(gen.PromptTooLongError, ValueError)
+    assert issubclass(gen.SettingError, ValueError)
 
 
 def test_shape_buckets_normalise_and_validate():
@@ -266,7 +266,7 @@ def test_bucketed_generate_equals_plain_generate_token_for_token(model, tokenize
 def test_bucketed_generate_refuses_or_truncates_a_too_long_prompt(model, tokenizer):
     buckets = trnlab.ShapeBuckets((8, 16), max_new_tokens=4)
     prompt = torch.tensor(ct.corpus_prompts(tokenizer, [20], seed=2))
-    with pytest.raises(gen.PromptTooLongError, match="20 tokens is longer than the longest bucket .16."):
+    with pytest.raises(gen.SettingError, match="20 tokens is longer than the longest bucket .16."):
         gen.bucketed_generate(model, prompt.tolist(), buckets=buckets, compile=False)
     with pytest.warns(UserWarning, match="truncated to its last 16 tokens"):
         cut = gen.bucketed_generate(model, prompt.tolist(), buckets=buckets, compile=False, truncate=True)

@@ -263,7 +263,7 @@ REFUSAL_SCRIPT = """
     r = {"autoloaded": hasattr(torch, "neuron"), "name": compat.privateuse1_backend_name()}
     try:
         standin.enable()
-    except standin.StandInError as e:
+    except standin.NotAvailableError as e:
         r["error"] = str(e)
     r["after"] = [hasattr(torch, "neuron"), compat.privateuse1_backend_name(), "torch_neuronx" in sys.modules]
     print(json.dumps(r))
@@ -289,7 +289,7 @@ def test_it_refuses_beside_a_registered_torch_neuron_and_is_off_unless_set():
         torch._register_device_module("neuron", types.ModuleType("torch.neuron"))  # as TorchNeuron does
         try:
             standin.enable()
-        except standin.StandInError as e:
+        except standin.NotAvailableError as e:
             r["error"] = str(e)
         print(json.dumps(r))
     """)

@@ -8,7 +8,7 @@ graph(s) in T s on DEVICE``; its first markdown cell says "about N s" (or "about
 "G graph(s)". ``make notebooks`` runs this after executing them, so the figures in the prose
 are always the stored output's, never typed by hand (tests/test_notebooks.py checks them). The
 README's notebook table (between its ``notebook-table`` markers) gets each notebook's graph count in
-its last column.
+its fourth column.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SUMMARY = re.compile(r"this notebook compiled (\d+) graph\(s\) in (\d+) s on ")
 DURATION = re.compile(r"about \d+ (?:s|min)\b")
 GRAPHS = re.compile(r"\b\d+ graph\(s\)")
 README = Path(__file__).resolve().parent.parent / "README.md"
-TABLE_ROW = re.compile(r"^(\| `(\w+)` \|.*\| )(\d+)( \|)$", re.M)
+TABLE_ROW = re.compile(r"^(\| `(\w+)` \|[^|]*\|[^|]*\| )(\d+)( \|.*)$", re.M)
 
 
 def intro_duration(seconds: int) -> str:

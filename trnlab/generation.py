@@ -19,7 +19,7 @@ from trnlab import compat
 from trnlab.settings import SettingError, environment
 
 __all__ = [
-    "PromptTooLongError", "ShapeBuckets", "bucket_pad_tokens", "bucketed_generate", "choose_buckets",
+    "ShapeBuckets", "bucket_pad_tokens", "bucketed_generate", "choose_buckets",
     "compile_backend", "first_sentence", "format_forward_calls", "generate_batch", "generation_compile_config",
     "moved_to_model_device", "padding_by_bucket_count", "record_forward_inputs", "show_padding", "tokenize_batch",
 ]
@@ -233,10 +233,6 @@ def _static_cache_notice(model, **generate_kwargs) -> str | None:
             "to compile here (or disable_compile=True to run eagerly without this warning)")
 
 
-class PromptTooLongError(SettingError):
-    """A prompt is longer than the longest bucket."""
-
-
 def _count(value) -> int:
     """``value`` as an int if it is a whole number >= 1 (numpy integers too, bools not), else 0."""
     try:
@@ -264,10 +260,10 @@ def _lengths(lengths: Iterable[int], what: str = "prompt lengths") -> list[int]:
 
 
 def _bucket_for(length: int, buckets: Sequence[int]) -> int:
-    """The smallest bucket that holds a prompt of ``length`` tokens, else :class:`PromptTooLongError`."""
+    """The smallest bucket that holds a prompt of ``length`` tokens, else :class:`~trnlab.settings.SettingError`."""
     buckets = _lengths(buckets, "buckets")
     if length > max(buckets):
-        raise PromptTooLongError(
+        raise SettingError(
             f"a prompt of {length} tokens is longer than the longest bucket ({max(buckets)}): add a bucket of at "
             f"least {length} tokens, or pass truncate=True to keep its last {max(buckets)} tokens")
     return min(b for b in buckets if b >= length)
@@ -340,7 +336,7 @@ class ShapeBuckets:
         return self.longest + self.max_new_tokens
 
     def bucket_for(self, length: int) -> int:
-        """The padded length of a prompt of ``length`` tokens (:class:`PromptTooLongError` past the longest)."""
+        """The padded length of a prompt of ``length`` tokens (:class:`~trnlab.settings.SettingError` past the longest)."""
         return _bucket_for(length, self.lengths)
 
     def check_model(self, model) -> None:
@@ -357,7 +353,7 @@ def bucketed_generate(model, prompts, *, buckets: ShapeBuckets, tokenizer=None, 
                       truncate: bool = False, compile: bool = True, backend: str | None = None,
                       compile_prefill: bool = False, **generate_kwargs) -> torch.Tensor:
     """Greedy static-cache ``generate()`` with the prompts left-padded to their bucket; the same tokens as unpadded.
-    A prompt longer than the longest bucket raises :class:`PromptTooLongError` (``truncate=True`` keeps its last
+    A prompt longer than the longest bucket raises :class:`~trnlab.settings.SettingError` (``truncate=True`` keeps its last
     ``buckets.longest`` tokens, with a warning). ``max_new_tokens`` may be lowered, not raised."""
     buckets.check_model(model)
     max_new_tokens = generate_kwargs.pop("max_new_tokens", buckets.max_new_tokens)
@@ -373,7 +369,7 @@ def bucketed_generate(model, prompts, *, buckets: ShapeBuckets, tokenizer=None, 
     length = max(len(row) for row in ids)
     if length > buckets.longest:
         if not truncate:
-            buckets.bucket_for(length)  # raises PromptTooLongError with the fix
+            buckets.bucket_for(length)  # raises SettingError with the fix
         warnings.warn(f"prompt of {length} tokens truncated to its last {buckets.longest} tokens "
                       "(the longest bucket)", UserWarning, stacklevel=2)
         ids, length = [row[-buckets.longest:] for row in ids], buckets.longest

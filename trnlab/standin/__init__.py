@@ -1,13 +1,6 @@
-"""A STAND-IN ``neuron`` device: TorchNeuron's device, ``torch.neuron`` and compile backend, in host memory.
-
-``TRNLAB_NEURON_STANDIN=1`` starts it at ``import torch`` (PyTorch's device-backend autoload), so any notebook
-runs unmodified on a ``neuron`` device through the real Transformers and Accelerate code; :func:`enable`
-starts it in a running process. PyTorch's private backend is renamed ``neuron`` as PyTorch's test backend
-"openreg" does: tensors in host memory, every op run by its CPU kernel (``standin.cpp``, built on first use
-into :func:`cache_dir`). Its dynamo backend ``"neuron"`` works as TorchNeuron's: AOTAutograd (forward and
-backward are two graphs), each graph counted, symbolic shapes rejected. It cannot stand in for Trainium's
-speed, memory or numerics, NEFF compilation, the Neuron runtime or collectives: :data:`STANDIN_NOTICE`.
-"""
+"""A STAND-IN ``neuron`` device (PrivateUse1, as PyTorch's "openreg"): host memory, CPU kernels, TorchNeuron's API.
+``TRNLAB_NEURON_STANDIN=1`` starts it at ``import torch``, :func:`enable` in a running process; its backend ``"neuron"``
+counts graphs as TorchNeuron's AOTAutograd does. Not Trainium's speed, numerics or NEFFs: :data:`STANDIN_NOTICE`."""
 
 from __future__ import annotations
 
@@ -28,10 +21,10 @@ from pathlib import Path
 import torch
 
 from trnlab import compat
-from trnlab.settings import NEURON_STANDIN_ENV_VAR
+from trnlab.settings import NEURON_STANDIN_ENV_VAR, NotAvailableError
 from trnlab._standin_entry import autoload, pending
 
-__all__ = ["STANDIN_NOTICE", "STANDIN_VERSION", "CompiledGraph", "StandInError", "StandInNeuronModule", "autoload",
+__all__ = ["STANDIN_NOTICE", "STANDIN_VERSION", "CompiledGraph", "StandInNeuronModule", "autoload",
            "cache_dir", "enable", "neuron_backend", "start"]
 
 #: What the stand-in is: printed once when it starts, carried by ``torch.neuron`` and each compiled graph's record.
@@ -45,10 +38,6 @@ _loaded = []  # the extension, once loaded: its kernels register once per proces
 _METRICS: list[CompiledGraph] = []
 
 
-class StandInError(RuntimeError):
-    """The stand-in cannot start here; the message says why and what to do."""
-
-
 def cache_dir() -> Path:
     """Where the extension is built: ``$XDG_CACHE_HOME/trnlab/standin/<torch>-<python>-<source hash>``."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -59,13 +48,14 @@ def cache_dir() -> Path:
 def _check_toolchain() -> None:
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
-        raise StandInError(f"it is built from C++ on first use, and there is no C++ compiler ({compiler!r} is not on "
-                           "PATH): install one (Debian/Ubuntu: apt-get install g++; macOS: xcode-select --install)")
+        raise NotAvailableError(f"it is built from C++ on first use, and there is no C++ compiler ({compiler!r} is "
+                                "not on PATH): install one (Debian/Ubuntu: apt-get install g++; macOS: xcode-select "
+                                "--install)")
     venv_bin = str(Path(sys.executable).parent)  # pip's ninja, in an environment that is not activated
     if shutil.which("ninja") is None and shutil.which("ninja", path=venv_bin):
         os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
     if shutil.which("ninja") is None:
-        raise StandInError("it is built on first use with ninja, which is not on PATH: pip install ninja")
+        raise NotAvailableError("it is built on first use with ninja, which is not on PATH: pip install ninja")
 
 
 def _extension():
@@ -84,7 +74,7 @@ def _extension():
         try:  # load() locks the folder: processes starting together build once
             module = cpp_extension.load(_NAME, [str(_SOURCE)], build_directory=str(folder))
         except Exception as error:
-            raise StandInError(f"building {_SOURCE} in {folder} failed: {error}; it needs a C++20 compiler "
+            raise NotAvailableError(f"building {_SOURCE} in {folder} failed: {error}; it needs a C++20 compiler "
                                "(apt-get install g++) and ninja (pip install ninja)") from error
         (folder / "ready").write_text(f"torch {torch.__version__}\n")
     _loaded.append(module)
@@ -231,11 +221,8 @@ def _record(gm) -> None:
 
 def neuron_backend(gm, example_inputs, *, options=None, mode="default"):
     """The STAND-IN ``torch.compile(backend="neuron")``: TorchNeuron's checks and AOTAutograd, then CPU kernels.
-
-    As TorchNeuron's: another mode warns and falls back to ``"default"``; a graph with symbolic sizes
-    (``dynamic=True``, or dynamo's automatic dynamic shapes after a new shape) raises; every graph AOTAutograd
-    hands over (forward, backward, inference) is counted.
-    """
+    As TorchNeuron's: another mode warns and runs as ``"default"``, symbolic sizes (``dynamic=True``) raise, and
+    every graph AOTAutograd hands over (forward, backward, inference) is counted."""
     from functorch.compile import make_boxed_func
 
     if mode != "default":
@@ -283,27 +270,24 @@ def _real_torchneuron() -> str | None:
 
 
 def enable(cores: int = 1) -> StandInNeuronModule:
-    """Start the STAND-IN neuron device in this process with ``cores`` devices; returns ``torch.neuron``.
-
-    Start it before Transformers or Accelerate pick a device. It raises :class:`StandInError` and changes
-    nothing beside a real TorchNeuron or without a compiler. It stays until the process ends.
-    """
+    """Start the STAND-IN neuron device with ``cores`` devices (before a library picks one); returns ``torch.neuron``.
+    Beside a real TorchNeuron or without a compiler it raises :class:`NotAvailableError` and changes nothing."""
     current = torch.__dict__.get("neuron")
     if isinstance(current, StandInNeuronModule):
         if current.cores != cores:
-            raise StandInError(f"the STAND-IN neuron device runs with cores={current.cores} in this process; "
+            raise NotAvailableError(f"the STAND-IN neuron device runs with cores={current.cores} in this process; "
                                "start a new process for another count")
         return current
     if reason := _real_torchneuron():
-        raise StandInError(f"the STAND-IN neuron device does not start beside a real TorchNeuron: {reason}. Use the "
-                           f"real neuron device and unset {NEURON_STANDIN_ENV_VAR} (torch-neuronx 1.0 from PyPI is a "
-                           "2022 placeholder: pip uninstall torch-neuronx)")
+        raise NotAvailableError(f"the STAND-IN neuron device does not start beside a real TorchNeuron: {reason}. "
+                                f"Use the real neuron device and unset {NEURON_STANDIN_ENV_VAR} (torch-neuronx 1.0 "
+                                "from PyPI is a 2022 placeholder: pip uninstall torch-neuronx)")
     if not 1 <= cores <= 64:
-        raise StandInError(f"cores={cores}: give 1 to 64 (1: one NeuronCore, what each torchrun rank sees)")
+        raise NotAvailableError(f"cores={cores}: give 1 to 64 (1: one NeuronCore, what each torchrun rank sees)")
     try:
         extension = _extension()
-    except StandInError as error:
-        raise StandInError(f"the STAND-IN neuron device cannot start: {error}") from error
+    except NotAvailableError as error:
+        raise NotAvailableError(f"the STAND-IN neuron device cannot start: {error}") from error
     extension.set_device_count(cores)
     if compat.privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
@@ -328,15 +312,13 @@ def enable(cores: int = 1) -> StandInNeuronModule:
 
 
 def start(value: str = "1") -> None:
-    """What ``TRNLAB_NEURON_STANDIN=<value>`` asks at ``import torch``: :func:`enable` for ``1``, warning if it fails.
-
-    It never raises (``import torch`` must go on): a stand-in that cannot start warns, and nothing changes.
-    """
+    """What ``TRNLAB_NEURON_STANDIN=<value>`` asks at ``import torch``: :func:`enable` for ``1``.
+    It never raises (``import torch`` must go on): a stand-in that cannot start warns, and nothing changes."""
     try:
         if value != "1":
-            raise StandInError(f"{NEURON_STANDIN_ENV_VAR}={value!r}: set it to 1 to start the stand-in, or 0")
+            raise NotAvailableError(f"{NEURON_STANDIN_ENV_VAR}={value!r}: set it to 1 to start the stand-in, or 0")
         if not hasattr(compat, "register_dynamo_backend"):
-            raise StandInError("trnlab.compat was imported before torch: import torch first")
+            raise NotAvailableError("trnlab.compat was imported before torch: import torch first")
         enable()
     except Exception as error:  # noqa: BLE001
         warnings.warn(f"{NEURON_STANDIN_ENV_VAR}: {error}. Continuing without it (no neuron device).",
