@@ -135,15 +135,18 @@ def _tp_sizes_that_fit(dims: dict[str, int], world_size: int) -> list[int]:
     return [t for t in _divisors(world_size) if all(v % t == 0 for v in dims.values())]
 
 
-def _tp_problem(config, tp_size: int, world_size: int) -> str | None:
-    """Why ``config`` cannot take tensor-parallel size ``tp_size`` on ``world_size`` ranks (``None``: it can)."""
+def _tp_problem(config, tp_size: int, world_size: int | None = None, then: str | None = None) -> str | None:
+    """Why ``config`` cannot take tensor-parallel size ``tp_size`` (``None``: it can); the sizes it suggests divide
+    ``world_size``, and ``then`` replaces the launcher's advice after them."""
     dims = _tp_dimensions(config)
     if not (bad := _tp_misfits(dims, tp_size)):
         return None
     what = ", ".join(f"{label} = {value}" for _, label, value in bad)
+    if then is None:
+        then = f" (and fsdp_size = {world_size} // tp_size), or a model whose heads divide by {tp_size}"
+    fit = _tp_sizes_that_fit(dims, world_size or dims["num_key_value_heads"])
     return (f"tp_size={tp_size} does not divide the model's {what}: each tensor-parallel rank must get whole heads and "
-            f"an equal slice. Use tp_size in {_tp_sizes_that_fit(dims, world_size)} (and fsdp_size = {world_size} // "
-            f"tp_size), or a model whose heads divide by {tp_size}.")
+            f"an equal slice. Use tp_size in {fit}{then}.")
 
 
 def _mesh_sizes(tp_size, fsdp_size) -> tuple[int, int] | None:

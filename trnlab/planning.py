@@ -11,8 +11,8 @@ from collections import namedtuple
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from trnlab.launcher import (GiB, INSTANCES, Instance, _divisors, _tp_dimensions, _tp_misfits, _tp_sizes_that_fit,
-                             get_instance, validate_parallel_sizes)
+from trnlab.launcher import (GiB, INSTANCES, Instance, _divisors, _tp_dimensions, _tp_problem as _launcher_tp_problem,
+                             _tp_sizes_that_fit, get_instance, validate_parallel_sizes)
 from trnlab.models import SHIPPED_MODELS, load_config
 from trnlab.settings import DEFAULT_INSTANCE, PlanError
 
@@ -137,15 +137,9 @@ def _model_spec(config) -> _ModelSpec:
 
 
 def _tp_problem(config, tp: int, world: int | None = None, where: str = "") -> str | None:
-    """Why ``config`` cannot take tensor-parallel size ``tp`` (whole heads, an equal MLP slice per rank), or None;
-    with ``world`` the sizes it suggests also divide the world."""
-    dims = _tp_dimensions(config)
-    if not (bad := _tp_misfits(dims, tp)):
-        return None
-    on = f" on {where} ({world} ranks), with fsdp_size = {world} // tp_size" if world else ""
-    return (f"tp_size={tp} does not divide the model's {', '.join(f'{label} = {v}' for _, label, v in bad)}: each "
-            f"tensor-parallel rank must get whole heads and an equal slice. Use tp_size in "
-            f"{_tp_sizes_that_fit(dims, world or dims['num_key_value_heads'])}{on}.")
+    """The launcher's tensor-parallel check, its advice said for a plan ``on {where}``."""
+    return _launcher_tp_problem(config, tp, world, f" on {where} ({world} ranks), with fsdp_size = {world} // tp_size"
+                                if world else "")
 
 
 # The memory of one rank
