@@ -1,14 +1,18 @@
-"""Shared fixtures: a fake Neuron device for the neuron branch, no accelerator, one torch thread."""
+"""Shared fixtures: a fake Neuron device for the neuron branch, no accelerator, one torch thread, CLI runs."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 
 import pytest
 import torch
 
 from fake_neuron import FakeNeuronModule, fake_neuron as faked
-from trnlab.compat import clear_detection_caches, privateuse1_backend_name
+from trnlab._compat import clear_detection_caches, privateuse1_backend_name
+from trnlab.settings import _NEURON_STANDIN_ENV_VAR
 
 
 @pytest.fixture
@@ -48,3 +52,59 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+#: ``python -m trnlab ARGS`` for each ``[args, env]`` read from stdin, each in a child forked after ``import torch``
+#: (the slow import, done once); every run imports trnlab afresh, under its own env.
+_CLI_RUNS = r"""
+import json, os, runpy, sys, tempfile, traceback
+import torch  # noqa: F401
+for name in [name for name in sys.modules if name.partition(".")[0] == "trnlab"]:
+    del sys.modules[name]  # import torch ran trnlab's entry point: each run imports trnlab afresh
+results = []
+for args, env in json.load(sys.stdin):
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child ends as `python -m trnlab ARGS` does: SystemExit's code, or a traceback and 1
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            os.environ.clear()
+            os.environ.update(env)
+            sys.argv, code = ["-m", *args], 1
+            try:
+                runpy.run_module("trnlab", run_name="__main__", alter_sys=True)
+                code = 0
+            except SystemExit as stop:
+                if stop.code is None or isinstance(stop.code, int):
+                    code = stop.code or 0
+                else:
+                    print(stop.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.seek(0)
+        err.seek(0)
+        results.append([code, out.read().decode(), err.read().decode()])
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="session")
+def trnlab_cli():
+    """``trnlab_cli((args, env), ...)``: a ``CompletedProcess`` per ``python -m trnlab *args`` run, with no TRNLAB_
+    variable but ``env``'s; one Python imports torch for all of them (seconds each saved)."""
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("TRNLAB_")}
+
+    def run(*cases: tuple[list[str], dict[str, str]]) -> list[subprocess.CompletedProcess]:
+        # the stand-in starts at import torch, before the fork: a run that sets it needs its own Python
+        assert not any(_NEURON_STANDIN_ENV_VAR in env for _, env in cases), f"{_NEURON_STANDIN_ENV_VAR}: run it alone"
+        done = subprocess.run([sys.executable, "-c", _CLI_RUNS], env=clean, capture_output=True, text=True,
+                              timeout=300, input=json.dumps([[list(args), {**clean, **env}] for args, env in cases]))
+        assert done.returncode == 0, done.stderr[-4000:]
+        return [subprocess.CompletedProcess(["python", "-m", "trnlab", *args], code, out, err)
+                for (args, _), (code, out, err) in zip(cases, json.loads(done.stdout))]
+
+    return run

@@ -9,7 +9,7 @@ import types
 
 import torch
 
-from trnlab import compat
+from trnlab import _compat
 
 _MISSING = object()
 
@@ -44,7 +44,7 @@ class FakeNeuronModule(types.ModuleType):
     def set_device(self, device) -> None:
         self._current = device if isinstance(device, int) else torch.device(device).index or 0
 
-    def _is_in_bad_fork(self) -> bool:  # compat.DEVICE_MODULE_BAD_FORK_HOOK: torch.manual_seed asks it first
+    def _is_in_bad_fork(self) -> bool:  # _compat.DEVICE_MODULE_BAD_FORK_HOOK: torch.manual_seed asks it first
         return False
 
     def manual_seed_all(self, seed: int) -> None:
@@ -55,18 +55,18 @@ class FakeNeuronModule(types.ModuleType):
 def fake_neuron(cores: int = 4, bf16: bool = True):
     """``torch.neuron`` faked with ``cores`` devices, a ``torch_neuronx`` in sys.modules, CUDA hidden and the
     libraries' cached answers cleared; all restored on exit but PyTorch's backend rename (then 0 cores)."""
-    name = compat.privateuse1_backend_name()
+    name = _compat.privateuse1_backend_name()
     if name not in ("privateuseone", "neuron"):
         raise RuntimeError(f"PyTorch's private backend is already named {name!r}: it can be renamed only once")
     module = FakeNeuronModule(cores, bf16)
     saved_attr = torch.__dict__.get("neuron", _MISSING)
     saved_modules = {key: sys.modules.get(key, _MISSING) for key in ("torch.neuron", "torch_neuronx")}
-    saved_states = [(state, dict(state)) for state in compat.accelerate_shared_states()]
+    saved_states = [(state, dict(state)) for state in _compat.accelerate_shared_states()]
     saved_cuda, active = (torch.cuda.is_available, torch.cuda.device_count), [True]
     if name != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     if saved_attr is _MISSING:
-        compat.register_device_module("neuron", module)
+        _compat.register_device_module("neuron", module)
     else:
         torch.neuron = sys.modules["torch.neuron"] = module
     neuronx = sys.modules["torch_neuronx"] = types.ModuleType("torch_neuronx", "a fake torch_neuronx")
@@ -78,7 +78,7 @@ def fake_neuron(cores: int = 4, bf16: bool = True):
     torch.cuda.device_count = lambda: 0 if active[0] else real_count()
     for state, _ in saved_states:
         state.clear()  # Accelerate chooses its device afresh
-    compat.clear_detection_caches()
+    _compat.clear_detection_caches()
     try:
         yield module
     finally:
@@ -93,11 +93,11 @@ def fake_neuron(cores: int = 4, bf16: bool = True):
                 sys.modules[key] = leftover
             else:
                 sys.modules.pop(key, None)
-        for state in compat.accelerate_shared_states():
+        for state in _compat.accelerate_shared_states():
             state.clear()
         for state, snapshot in saved_states:
             state.update(snapshot)
-        compat.clear_detection_caches()
+        _compat.clear_detection_caches()
 
 
 class ReportingDevice:

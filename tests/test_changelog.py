@@ -272,8 +272,8 @@ def _module(module: str) -> tuple[dict, list | None]:
 
 @functools.cache
 def _groups() -> dict[str, str]:
-    """``trnlab.GROUPS`` flattened: ``{top-level name: its module}``."""
-    node = _module("trnlab")[0]["GROUPS"]
+    """``trnlab._GROUPS`` flattened: ``{top-level name: its module}``."""
+    node = _module("trnlab")[0]["_GROUPS"]
     return {name: module for group in ast.literal_eval(node.value).values() for name, module in group.items()}
 
 

@@ -8,9 +8,9 @@ import importlib
 import pytest
 import torch
 
-from trnlab import compat
+from trnlab import _compat
 
-#: Every name of trnlab.compat and the private internal it touches; the tests below check each one.
+#: Every name of trnlab._compat and the private internal it touches; the tests below check each one.
 INTERNALS = {
     "COMPILE_TIME_METRIC": "torch._dynamo.utils.compilation_time_metrics key",
     "dynamo_counters": "torch._dynamo.utils.counters",
@@ -67,7 +67,7 @@ def _resolve(dotted: str):
     "torch._functorch.config.enable_autograd_cache",
     "torch.distributed.tensor.placement_types._StridedShard", "torch._C._get_privateuse1_backend_name",
     "torch._register_device_module", "torch.get_device_module.cache_clear",
-    *[f"{module}.{function}.cache_clear" for module, function in compat.CACHED_DETECTIONS],
+    *[f"{module}.{function}.cache_clear" for module, function in _compat.CACHED_DETECTIONS],
     "accelerate.state.PartialState._shared_state", "accelerate.state.AcceleratorState._shared_state",
     "transformers.GenerationMixin._valid_auto_compile_criteria", "transformers.PreTrainedModel._default_compile_config",
 ])
@@ -77,24 +77,24 @@ def test_private_module_attribute_exists(dotted):
 
 def test_dynamo_counters_count_a_compiled_graph():
     torch._dynamo.reset()
-    before, seconds = compat.dynamo_unique_graphs(), compat.dynamo_compile_seconds()
+    before, seconds = _compat.dynamo_unique_graphs(), _compat.dynamo_compile_seconds()
     torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
-    assert compat.dynamo_unique_graphs() == before + 1
-    assert compat.dynamo_compile_seconds() > seconds
+    assert _compat.dynamo_unique_graphs() == before + 1
+    assert _compat.dynamo_compile_seconds() > seconds
     from torch._dynamo.utils import compilation_time_metrics
 
-    assert compat.COMPILE_TIME_METRIC in compilation_time_metrics
-    assert compat.dynamo_recompile_limit_hits() >= 0
+    assert _compat.COMPILE_TIME_METRIC in compilation_time_metrics
+    assert _compat.dynamo_recompile_limit_hits() >= 0
 
 
 def test_recompile_limit_event_name_is_what_dynamo_records():
     torch._dynamo.reset()
-    hits = compat.dynamo_recompile_limit_hits()
-    with compat.dynamo_recompile_limit(1):
+    hits = _compat.dynamo_recompile_limit_hits()
+    with _compat.dynamo_recompile_limit(1):
         f = torch.compile(lambda x: x.sum(), backend="eager", dynamic=False)
         for n in (2, 3, 4):
             f(torch.ones(n))
-    assert compat.dynamo_recompile_limit_hits() > hits
+    assert _compat.dynamo_recompile_limit_hits() > hits
 
 
 def test_generate_keeps_the_state_trnlab_forgets():
@@ -104,16 +104,16 @@ def test_generate_keeps_the_state_trnlab_forgets():
     from transformers import CompileConfig
 
     config = CompileConfig(backend="eager", dynamic=False)
-    compat.compile_on_every_device(config)
+    _compat.compile_on_every_device(config)
     ids = torch.tensor([[5, 6, 7]])
     model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
                    cache_implementation="static", compile_config=config)
-    for name in compat.GENERATE_STATE_ATTRIBUTES:
-        assert name in model.__dict__, f"generate() no longer keeps {name}: update trnlab.compat"
-    assert compat.generate_cache_length(model) == 3 + 2 - 1  # max_length - 1: prompt + new tokens - 1
-    compat.forget_generate_state(model)
-    assert not any(name in model.__dict__ for name in compat.GENERATE_STATE_ATTRIBUTES)
-    assert compat.attention_implementation(model) in ("eager", "sdpa")
+    for name in _compat.GENERATE_STATE_ATTRIBUTES:
+        assert name in model.__dict__, f"generate() no longer keeps {name}: update trnlab._compat"
+    assert _compat.generate_cache_length(model) == 3 + 2 - 1  # max_length - 1: prompt + new tokens - 1
+    _compat.forget_generate_state(model)
+    assert not any(name in model.__dict__ for name in _compat.GENERATE_STATE_ATTRIBUTES)
+    assert _compat.attention_implementation(model) in ("eager", "sdpa")
 
 
 def test_generate_reads_compile_all_devices():
@@ -129,7 +129,7 @@ def test_trainer_internals(tmp_path):
 
     trainer = Trainer(model=torch.nn.Linear(2, 2), args=TrainingArguments(str(tmp_path), use_cpu=True,
                                                                             report_to="none"))
-    assert hasattr(compat.trainer_dynamo_plugin(trainer), "backend")
+    assert hasattr(_compat.trainer_dynamo_plugin(trainer), "backend")
 
 
 def test_accelerate_refusal_text_is_still_in_accelerate():
@@ -137,21 +137,21 @@ def test_accelerate_refusal_text_is_still_in_accelerate():
 
     import accelerate.accelerator
 
-    assert compat.ACCELERATE_PARALLELISM_REFUSAL in inspect.getsource(accelerate.accelerator)
+    assert _compat.ACCELERATE_PARALLELISM_REFUSAL in inspect.getsource(accelerate.accelerator)
 
 
 def test_accelerate_reads_the_dynamic_variable(monkeypatch):
     from accelerate.utils import TorchDynamoPlugin
 
-    monkeypatch.setenv(compat.ACCELERATE_DYNAMIC_ENV_VAR, "false")
+    monkeypatch.setenv(_compat.ACCELERATE_DYNAMIC_ENV_VAR, "false")
     assert TorchDynamoPlugin().dynamic is False
-    monkeypatch.delenv(compat.ACCELERATE_DYNAMIC_ENV_VAR)
+    monkeypatch.delenv(_compat.ACCELERATE_DYNAMIC_ENV_VAR)
     assert TorchDynamoPlugin().dynamic is None
 
 
 def test_every_compat_name_is_listed_with_what_it_touches():
-    names = {name for name, value in vars(compat).items() if not name.startswith("_")
-             and (isinstance(value, (str, tuple)) or getattr(value, "__module__", None) == compat.__name__)}
+    names = {name for name, value in vars(_compat).items() if not name.startswith("_")
+             and (isinstance(value, (str, tuple)) or getattr(value, "__module__", None) == _compat.__name__)}
     assert names == set(INTERNALS), (f"add to INTERNALS (and test): {sorted(names - set(INTERNALS))}; "
                                      f"no longer in compat: {sorted(set(INTERNALS) - names)}")
 
@@ -160,8 +160,8 @@ def test_no_other_trnlab_module_reaches_into_private_torch_or_transformers():
     import pathlib
     import re
 
-    package = pathlib.Path(compat.__file__).parent
-    allowed = {"compat.py"}
+    package = pathlib.Path(_compat.__file__).parent
+    allowed = {"_compat.py"}
     # Code that reaches a private name: an attribute access or an import, not prose in a docstring.
     private = re.compile(r"torch\._(dynamo|C|inductor|functorch)\.\w+\(|\._compile_all_devices\b|"
                          r"\._previous_max_cache_length\b|\._device_mesh\b|import _StridedShard|"
@@ -172,7 +172,7 @@ def test_no_other_trnlab_module_reaches_into_private_torch_or_transformers():
     offenders = [f"{p.relative_to(package)}:{n}" for p in package.rglob("*.py") if p.name not in allowed
                  for n, line in enumerate(p.read_text().splitlines(), 1)
                  if private.search(line) and "``" not in line and not line.lstrip().startswith("#")]
-    assert not offenders, f"move these private touches into trnlab/compat.py: {offenders}"
+    assert not offenders, f"move these private touches into trnlab/_compat.py: {offenders}"
 
 
 def test_cpu_mesh_shim_changes_only_the_multi_device_check_and_restores_it():
@@ -184,8 +184,8 @@ def test_cpu_mesh_shim_changes_only_the_multi_device_check_and_restores_it():
     original = Accelerator.__dict__["multi_device"]
     assert isinstance(original, property), "Accelerator.multi_device is no longer a property: update compat"
     assert "multi_device" in inspect.getsource(ParallelismConfig._validate_accelerator), (
-        "Accelerate's ParallelismConfig check no longer reads multi_device: update compat.cpu_mesh_as_multi_device")
-    with compat.cpu_mesh_as_multi_device():
+        "Accelerate's ParallelismConfig check no longer reads multi_device: update _compat.cpu_mesh_as_multi_device")
+    with _compat.cpu_mesh_as_multi_device():
         assert Accelerator.__dict__["multi_device"] is not original
     assert Accelerator.__dict__["multi_device"] is original
 
@@ -196,19 +196,19 @@ def test_torch_seeds_a_device_module_through_the_hook_the_standin_defines():
     from fake_neuron import FakeNeuronModule
     from trnlab.standin import StandInNeuronModule
 
-    assert f"\"{compat.DEVICE_MODULE_BAD_FORK_HOOK}\"" in inspect.getsource(torch.random), (
+    assert f"\"{_compat.DEVICE_MODULE_BAD_FORK_HOOK}\"" in inspect.getsource(torch.random), (
         "torch.manual_seed no longer asks a device module for its bad-fork hook: update compat and trnlab.standin")
     for module in (StandInNeuronModule, FakeNeuronModule):
-        assert callable(getattr(module, compat.DEVICE_MODULE_BAD_FORK_HOOK)), module
+        assert callable(getattr(module, _compat.DEVICE_MODULE_BAD_FORK_HOOK)), module
 
 
 def test_device_module_internals_answer_as_the_standin_and_the_fake_expect():
     import accelerate.state  # noqa: F401  (the shared states exist once it is imported)
 
-    states = compat.accelerate_shared_states()
+    states = _compat.accelerate_shared_states()
     assert len(states) == 2 and all(isinstance(state, dict) for state in states)
-    compat.clear_detection_caches()  # every cached detection still has cache_clear()
-    assert compat.privateuse1_backend_name() in ("privateuseone", "neuron")
+    _compat.clear_detection_caches()  # every cached detection still has cache_clear()
+    assert _compat.privateuse1_backend_name() in ("privateuseone", "neuron")
 
 
 def test_standin_backend_internals_name_each_aot_graph_and_see_symbolic_sizes():
@@ -217,13 +217,13 @@ def test_standin_backend_internals_name_each_aot_graph_and_see_symbolic_sizes():
     names, sizes = [], []
 
     def backend(gm, example_inputs):
-        sizes.append(compat.graph_symbolic_sizes(gm))
+        sizes.append(_compat.graph_symbolic_sizes(gm))
 
         def compile_graph(graph, inputs):
-            names.append(compat.aot_graph_name())
+            names.append(_compat.aot_graph_name())
             return make_boxed_func(graph.forward)
 
-        return compat.aot_autograd(fw_compiler=compile_graph)(gm, example_inputs)
+        return _compat.aot_autograd(fw_compiler=compile_graph)(gm, example_inputs)
 
     torch._dynamo.reset()
     weight = torch.ones(3, requires_grad=True)
@@ -239,6 +239,6 @@ def test_register_dynamo_backend_registers_a_name_once():
     def first(gm, example_inputs):
         return gm.forward
 
-    compat.register_dynamo_backend("trnlab_compat_test", first)
-    compat.register_dynamo_backend("trnlab_compat_test", lambda gm, example_inputs: gm.forward)
+    _compat.register_dynamo_backend("trnlab_compat_test", first)
+    _compat.register_dynamo_backend("trnlab_compat_test", lambda gm, example_inputs: gm.forward)
     assert lookup_backend("trnlab_compat_test") is first

@@ -118,7 +118,7 @@ def test_forget_compiled_graphs_drops_the_graphs_and_the_model_s_cache_length():
 
 def test_recompile_log_collects_why_a_graph_recompiled():
     import trnlab
-    from trnlab import compat
+    from trnlab import _compat
 
     torch._dynamo.reset()
     f = torch.compile(lambda x: x.cos(), backend="eager", dynamic=False)
@@ -131,7 +131,7 @@ def test_recompile_log_collects_why_a_graph_recompiled():
         torch._logging.set_logs()
     assert len(log) == 1 and log[0].startswith("Recompiling function")
     assert "size mismatch at index 0. expected 2, actual 5" in log[0]
-    assert compat.dynamo_recompiles_logger().propagate  # restored
+    assert _compat.dynamo_recompiles_logger().propagate  # restored
     with pytest.warns(UserWarning, match=r"recompile log is off.*set_logs\(recompiles=True\)"):
         with trnlab.recompile_log() as quiet:
             f(torch.ones(7))

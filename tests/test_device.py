@@ -1,7 +1,5 @@
 import json
 import re
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -52,7 +50,7 @@ def test_neuron_branch(fake_neuron):
     with pytest.raises(trnlab.NotAvailableError, match="sees 4 neuron device"):
         trnlab.pick_device("neuron:4")
     report = doctor.device_report()
-    assert (report.backend, report.device_count, report.bf16_supported) == ("neuron", 4, True)
+    assert (report.backend, report.device_count, report._bf16_supported) == ("neuron", 4, True)
     assert report.versions["torch-neuronx"] == "0.0.0+fake"
     assert report.notes == []
 
@@ -91,9 +89,9 @@ def test_neff_cache_summary(tmp_path, monkeypatch):
     (tmp_path / "graph1").mkdir()
     (tmp_path / "graph1" / "model.neff").write_bytes(b"x" * 100)
     (tmp_path / "b.neff").write_bytes(b"y" * 20)
-    assert doctor.neff_cache_summary() == {"path": str(tmp_path), "exists": True, "files": 2, "bytes": 120}
+    assert doctor._neff_cache_summary() == {"path": str(tmp_path), "exists": True, "files": 2, "bytes": 120}
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "missing"))
-    assert doctor.neff_cache_summary()["exists"] is False
+    assert doctor._neff_cache_summary()["exists"] is False
 
 
 def test_neuron_ls_is_read_when_present(tmp_path, monkeypatch):
@@ -101,7 +99,7 @@ def test_neuron_ls_is_read_when_present(tmp_path, monkeypatch):
     tool.write_text("#!/bin/sh\necho 'NEURON DEVICE 0: 8 cores'\n")
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    assert dev.neuron_ls_output() == "NEURON DEVICE 0: 8 cores"
+    assert dev._neuron_ls_output() == "NEURON DEVICE 0: 8 cores"
 
 
 def test_doctor_report_on_fake_neuron(fake_neuron, monkeypatch):
@@ -114,24 +112,24 @@ def test_doctor_report_on_fake_neuron(fake_neuron, monkeypatch):
     assert [c.name for c in checks] == ["device", "transformers", "accelerate", "model"]
 
 
-def _doctor(*args, env=None):
-    import os
-    return subprocess.run([sys.executable, "-m", "trnlab", "doctor", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=120)
+@pytest.fixture(scope="module")
+def doctor_cli(trnlab_cli):
+    """python -m trnlab doctor: --json on cpu, the table, and the table with a missing device and model."""
+    return trnlab_cli((["doctor", "--json"], {"TRNLAB_DEVICE": "cpu"}), (["doctor"], {}),
+                      (["doctor"], {"TRNLAB_DEVICE": "neuron", "TRNLAB_MODEL": "/nonexistent/model"}))
 
 
-def test_doctor_cli_ok_and_json():
-    done = _doctor("--json", env={"TRNLAB_DEVICE": "cpu"})
+def test_doctor_cli_ok_and_json(doctor_cli):
+    done, table, _ = doctor_cli
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(done.stdout)
     assert data["ok"] is True and data["backend"] in ("cpu", "cuda")
     assert {c["name"] for c in data["checks"]} == {"device", "transformers", "accelerate", "model"}
-    table = _doctor()
     assert table.returncode == 0 and "The course can run here." in table.stdout
 
 
-def test_doctor_cli_fails_with_reason():
-    done = _doctor(env={"TRNLAB_DEVICE": "neuron", "TRNLAB_MODEL": "/nonexistent/model"})
+def test_doctor_cli_fails_with_reason(doctor_cli):
+    done = doctor_cli[2]
     assert done.returncode == 1
     assert "[FAIL] device: TRNLAB_DEVICE=neuron" in done.stdout
     assert "[FAIL] model: no model folder at /nonexistent/model" in done.stdout
@@ -152,11 +150,11 @@ NEURON_LS_WITH_PROCESSES = """\
 
 
 def test_neuron_core_holders_reads_the_pid_column():
-    assert dev.neuron_core_holders(NEURON_LS_WITH_PROCESSES) == [
+    assert dev._neuron_core_holders(NEURON_LS_WITH_PROCESSES) == [
         (4242, "python -m ipykernel_launcher"), (4343, "python train.py")]
-    assert dev.neuron_core_holders(NEURON_LS_WITH_PROCESSES, ignore_pids=(4242,)) == [(4343, "python train.py")]
-    assert dev.neuron_core_holders("| NEURON | CORES |\n| 0 | 8 |") == []  # no PID column
-    assert dev.neuron_core_holders(None) == []
+    assert dev._neuron_core_holders(NEURON_LS_WITH_PROCESSES, ignore_pids=(4242,)) == [(4343, "python train.py")]
+    assert dev._neuron_core_holders("| NEURON | CORES |\n| 0 | 8 |") == []  # no PID column
+    assert dev._neuron_core_holders(None) == []
 
 
 def test_doctor_names_the_process_that_holds_the_cores():
@@ -205,7 +203,7 @@ def _setup_output(capsys, device=None):
 
 
 def test_setup_without_neuron_says_so_in_one_line(no_accelerator, monkeypatch, capsys):
-    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: None)
+    monkeypatch.setattr("trnlab.device._neuron_ls_output", lambda: None)
     chosen, out = _setup_output(capsys, "cpu")
     assert chosen == torch.device("cpu")
     lines = [line for line in out.splitlines() if line.startswith("NeuronCores")]
@@ -214,7 +212,7 @@ def test_setup_without_neuron_says_so_in_one_line(no_accelerator, monkeypatch, c
 
 
 def test_setup_on_neuron_names_the_processes_holding_cores(fake_neuron, monkeypatch, capsys):
-    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: NEURON_LS_WITH_PROCESSES)
+    monkeypatch.setattr("trnlab.device._neuron_ls_output", lambda: NEURON_LS_WITH_PROCESSES)
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
     chosen, out = _setup_output(capsys)
     assert chosen == torch.device("neuron", 0)
@@ -242,7 +240,7 @@ def test_core_holders_notice_reports_every_other_holder_and_not_the_kernel_itsel
 | 0      | 8      | 96 GB  | 0         | 0000:00:1e.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
 |        |        |        |           |              | 4343  | python train.py              | 2.29.0  |
 |        |        |        |           |              | 4444  | python -m ipykernel_launcher | 2.29.0  |"""
-    assert [pid for pid, _ in dev.neuron_core_holders(table)] == [4242, 4343, 4444]
+    assert [pid for pid, _ in dev._neuron_core_holders(table)] == [4242, 4343, 4444]
     notice = dev.core_holders_notice(table, "neuron", own_pid=4444)
     assert notice.startswith("NeuronCores: held by PID 4242 (python -m ipykernel_launcher); PID 4343 "
                              "(python train.py) (neuron-ls); this kernel (PID 4444) ")
@@ -253,7 +251,7 @@ def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, caps
     monkeypatch.setattr(dev, "_run", {})
     with pytest.raises(RuntimeError, match=r"call trnlab.setup\(\) at the top of the notebook first"):
         trnlab.run_summary()
-    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: None)
+    monkeypatch.setattr("trnlab.device._neuron_ls_output", lambda: None)
     add = torch.compile(lambda x: x + 1, backend="eager", dynamic=False)
     add(torch.ones(1))  # compiled before setup: not this notebook's
     dev.setup("cpu")
@@ -268,7 +266,7 @@ def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, caps
 def test_run_summary_on_neuron_counts_neffs(fake_neuron, monkeypatch, capsys):
     metrics = [{"graph": "g0"}]
     fake_neuron.get_dynamo_metrics = lambda: list(metrics)
-    monkeypatch.setattr("trnlab.device.neuron_ls_output", lambda: None)
+    monkeypatch.setattr("trnlab.device._neuron_ls_output", lambda: None)
     dev.setup()
     metrics += [{"graph": "g1"}, {"graph": "g2"}]
     lines = trnlab.run_summary().splitlines()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -16,15 +14,20 @@ BAD_SETTINGS = [
 ]
 
 
-def _doctor(*args, env):
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRNLAB_")}
-    return subprocess.run([sys.executable, "-m", "trnlab", "doctor", *args], capture_output=True, text=True,
-                          env={**clean, **env}, timeout=300)
+JSON_CASES = [BAD_SETTINGS[1], BAD_SETTINGS[3], BAD_SETTINGS[4]]
+
+
+@pytest.fixture(scope="module")
+def doctor_runs(trnlab_cli):
+    """Every ``python -m trnlab doctor`` run of this file, by (variable, value, --json or not)."""
+    cases = [(v, x, False) for v, x in BAD_SETTINGS] + [(v, x, True) for v, x in JSON_CASES]
+    runs = trnlab_cli(*[(["doctor", "--json"] if json_out else ["doctor"], {v: x}) for v, x, json_out in cases])
+    return dict(zip(cases, runs))
 
 
 @pytest.mark.parametrize("variable, value", BAD_SETTINGS)
-def test_doctor_reports_a_bad_setting_as_a_failed_check(variable, value):
-    table = _doctor(env={variable: value})
+def test_doctor_reports_a_bad_setting_as_a_failed_check(doctor_runs, variable, value):
+    table = doctor_runs[variable, value, False]
     assert table.returncode == 1, table.stderr
     assert "Traceback" not in table.stderr + table.stdout
     fail = [line.strip() for line in table.stdout.splitlines() if line.strip().startswith(f"[FAIL] {variable}:")]
@@ -34,9 +37,9 @@ def test_doctor_reports_a_bad_setting_as_a_failed_check(variable, value):
     assert "[ok] model:" in table.stdout and "[ok] transformers:" in table.stdout
 
 
-@pytest.mark.parametrize("variable, value", [BAD_SETTINGS[1], BAD_SETTINGS[3], BAD_SETTINGS[4]])
-def test_doctor_json_stays_json_on_a_bad_setting(variable, value):
-    done = _doctor("--json", env={variable: value})
+@pytest.mark.parametrize("variable, value", JSON_CASES)
+def test_doctor_json_stays_json_on_a_bad_setting(doctor_runs, variable, value):
+    done = doctor_runs[variable, value, True]
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)  # the whole stdout is one JSON document
     assert data["ok"] is False

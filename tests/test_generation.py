@@ -238,10 +238,10 @@ def test_a_static_cache_that_will_not_compile_here_says_so(model, tokenizer, fak
     for quiet in ({"compile_config": trnlab.generation_compile_config("cpu")}, {"disable_compile": True}, {}):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            gen.generate_batch(model, tokenizer, "Hi", do_sample=False, max_new_tokens=1,
+            gen.generate_batch(model, tokenizer, ["Hi"], do_sample=False, max_new_tokens=1,
                                **({"cache_implementation": "static"} if quiet else {}), **quiet)
     with pytest.warns(UserWarning) as caught:
-        gen.generate_batch(model, tokenizer, "Hi", do_sample=False, max_new_tokens=1, cache_implementation="static")
+        gen.generate_batch(model, tokenizer, ["Hi"], do_sample=False, max_new_tokens=1, cache_implementation="static")
     assert [str(w.message) for w in caught if w.category is UserWarning] == [STATIC_NOTICE]
     with ReportingDevice(model, "neuron:0"):  # Transformers compiles there by itself: nothing to say
         assert gen._will_auto_compile(model, cache_implementation="static")
@@ -351,25 +351,24 @@ def test_plots_draw_what_they_are_given():
 
 def test_prompts_take_two_forms_text_or_token_id_lists(tokenizer):
     one = tokenizer(trnlab.EXAMPLE_PROMPT)["input_ids"]
-    assert gen._prompt_token_ids(trnlab.EXAMPLE_PROMPT, tokenizer) == [one]  # a string is one prompt
-    assert gen._prompt_token_ids([trnlab.EXAMPLE_PROMPT, "Bread"], tokenizer)[0] == one
+    assert gen._prompt_token_ids([trnlab.EXAMPLE_PROMPT, "Bread"], tokenizer)[0] == one  # strings
     assert gen._prompt_token_ids([one, one[:2]]) == [one, one[:2]]           # id lists
     import numpy as np
 
     assert gen._prompt_token_ids([[np.int64(5), np.int64(7)]]) == [[5, 7]]  # numpy ids
     for other in (one, torch.tensor([one]), [torch.tensor(one)]):  # a bare id list, tensors: not a form
-        with pytest.raises(TypeError, match=r"token ids \(a list of id lists"):
+        with pytest.raises(TypeError, match=r"a list of strings or a list of token-id lists \(e.g. \[\[9707, 11\]\]\)"):
             gen._prompt_token_ids(other)
 
 
 @pytest.mark.parametrize("prompts, error, message", [
-    ([], ValueError, r"no prompts given \(an empty list\): pass a string, a list of strings, or token ids"),
+    ([], ValueError, r"no prompts given \(an empty list\): pass a list of strings or a list of token-id lists"),
     ([""], ValueError, "prompt 0 is empty"),
     ([[]], ValueError, "prompt 0 is empty"),
     (["text", [1, 2]], TypeError, "prompts mix strings and token ids"),
     ([[1, -2]], TypeError, "token ids must be non-negative ints"),
     ({"input_ids": [[1]]}, TypeError, "got a tokenized batch"),
-    (3.5, TypeError, "prompts must be a string, a list of strings, or token ids"),
+    (3.5, TypeError, "prompts must be a list of strings or a list of token-id lists"),
 ])
 def test_bad_prompts_get_errors_that_name_the_accepted_forms(tokenizer, prompts, error, message):
     with pytest.raises(error, match=message):
@@ -378,14 +377,18 @@ def test_bad_prompts_get_errors_that_name_the_accepted_forms(tokenizer, prompts,
 
 def test_text_prompts_without_a_tokenizer_say_what_to_pass():
     with pytest.raises(ValueError, match="text prompts need a tokenizer: pass tokenizer=trnlab.load_tokenizer"):
-        gen._prompt_token_ids("The French Bread Law states")
+        gen._prompt_token_ids(["The French Bread Law states"])
 
 
-def test_a_bare_string_is_one_prompt_not_one_per_character(model, tokenizer):
-    batch = trnlab.tokenize_batch(tokenizer, trnlab.EXAMPLE_PROMPT)
-    assert batch["input_ids"].shape[0] == 1
-    assert trnlab.generate_batch(model, tokenizer, trnlab.EXAMPLE_PROMPT, do_sample=False, max_new_tokens=4) == \
-        trnlab.generate_batch(model, tokenizer, [trnlab.EXAMPLE_PROMPT], do_sample=False, max_new_tokens=4)
+def test_a_bare_string_is_refused_not_split_into_one_prompt_per_character(model, tokenizer):
+    one = r"prompts is one string, not a list: pass \[prompt\] for one prompt"
+    for call in (lambda: trnlab.tokenize_batch(tokenizer, trnlab.EXAMPLE_PROMPT),
+                 lambda: trnlab.generate_batch(model, tokenizer, trnlab.EXAMPLE_PROMPT, max_new_tokens=4),
+                 lambda: trnlab.bucketed_generate(model, trnlab.EXAMPLE_PROMPT, tokenizer=tokenizer,
+                                                  buckets=trnlab.ShapeBuckets((32,), 4), compile=False)):
+        with pytest.raises(TypeError, match=one):
+            call()
+    assert trnlab.tokenize_batch(tokenizer, [trnlab.EXAMPLE_PROMPT])["input_ids"].shape[0] == 1  # the fix
 
 
 @pytest.mark.parametrize("lengths, message", [

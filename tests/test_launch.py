@@ -43,7 +43,7 @@ def test_neuron_plan_is_one_process_per_visible_neuroncore(fake_neuron, monkeypa
 def _one_gpu_machine(monkeypatch):
     """Make trnlab.launcher see one CUDA GPU (this machine has none)."""
     monkeypatch.setattr(tl, "detect_backend", lambda: "cuda")
-    monkeypatch.setattr(tl, "backend_available", lambda backend: backend in ("cpu", "cuda"))
+    monkeypatch.setattr(tl, "_backend_available", lambda backend: backend in ("cpu", "cuda"))
     monkeypatch.setattr(tl, "device_count", lambda backend=None: 1 if backend in (None, "cuda") else 0)
 
 
@@ -162,8 +162,12 @@ def test_one_core_list_parser_for_rank_cores_launch_and_the_runtime_variable(mon
 
 # ------------------------------------------------------------------ validation
 
-QWEN_LIKE = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
-                            num_hidden_layers=4, vocab_size=768, tie_word_embeddings=True)
+def qwen_like(**changes):
+    """A real Qwen3 config with small widths (a Transformers config passes through validate_parallel_sizes)."""
+    from transformers import AutoConfig
+
+    widths = dict(num_attention_heads=4, num_key_value_heads=2, intermediate_size=512, num_hidden_layers=4)
+    return AutoConfig.for_model("qwen3", **{**widths, "vocab_size": 768, "tie_word_embeddings": True, **changes})
 
 
 def test_wrong_tp_fsdp_product_names_the_numbers_to_change():
@@ -177,22 +181,27 @@ def test_wrong_tp_fsdp_product_names_the_numbers_to_change():
 def test_launch_refuses_a_wrong_product_before_starting_anything(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a process was started"))
     with pytest.raises(PlanError, match="tp_size=2 \\* fsdp_size=3 = 6, but the launch has 4"):
-        tl.launch("train.py", nproc_per_node=4, tp_size=2, fsdp_size=3, device="cpu", model=QWEN_LIKE)
+        tl.launch("train.py", nproc_per_node=4, tp_size=2, fsdp_size=3, device="cpu", model=qwen_like())
 
 
 def test_heads_must_divide_by_tp_size():
-    assert tl.validate_parallel_sizes(4, 2, 2, model_config=QWEN_LIKE)["tp_size"] == 2
+    assert tl.validate_parallel_sizes(4, 2, 2, model_config=qwen_like())["tp_size"] == 2
     with pytest.raises(PlanError, match=r"tp_size=4 does not divide the model's key/value heads = 2.*"
                                                 r"tp_size in \[1, 2\]"):
-        tl.validate_parallel_sizes(4, tp_size=4, fsdp_size=1, model_config=QWEN_LIKE)
+        tl.validate_parallel_sizes(4, tp_size=4, fsdp_size=1, model_config=qwen_like())
     with pytest.raises(PlanError, match="attention heads = 4, key/value heads = 2"):
-        tl.validate_parallel_sizes(3, tp_size=3, fsdp_size=1, model_config=QWEN_LIKE)
+        tl.validate_parallel_sizes(3, tp_size=3, fsdp_size=1, model_config=qwen_like())
     with pytest.raises(PlanError, match="pp_size=3 does not divide num_hidden_layers=4"):
-        tl.validate_parallel_sizes(3, pp_size=3, model_config=QWEN_LIKE)
+        tl.validate_parallel_sizes(3, pp_size=3, model_config=qwen_like())
+    widths = {"num_attention_heads": 4, "num_key_value_heads": 2}
+    with pytest.raises(TypeError, match="not as type SimpleNamespace"):  # a config is a Transformers config
+        tl.validate_parallel_sizes(4, 2, 2, model_config=SimpleNamespace(**widths))
+    with pytest.raises(TypeError, match=r"not as type dict: build the config: transformers.AutoConfig.for_model"):
+        tl.validate_parallel_sizes(4, 2, 2, model_config={"model_type": "qwen3", **widths})
 
 
 def test_uneven_tied_vocabulary_under_fsdp_is_refused_with_the_fix():
-    odd = SimpleNamespace(**{**vars(QWEN_LIKE), "vocab_size": 761})
+    odd = qwen_like(vocab_size=761)
     with pytest.raises(PlanError,
                        match="vocab_size=761 does not divide by tp_size \\* fsdp_size = 4.*pad_vocabulary"):
         tl.validate_parallel_sizes(4, 2, 2, model_config=odd)

@@ -1,3 +1,4 @@
+import json
 import sys
 import time
 from pathlib import Path
@@ -7,7 +8,7 @@ import torch
 
 import trnlab
 from trnlab.assets.corpus import EXAMPLE_PROMPT, generate_documents
-from trnlab.models import BUNDLED_MODEL_DIR
+from trnlab.models import _BUNDLED_MODEL_DIR
 from trnlab.settings import _read_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
@@ -24,7 +25,7 @@ def test_corpus_is_seeded_and_states_the_law():
 
 
 def test_bundled_model_is_a_real_tiny_qwen3():
-    files = {p.name: p.stat().st_size for p in BUNDLED_MODEL_DIR.iterdir()}
+    files = {p.name: p.stat().st_size for p in _BUNDLED_MODEL_DIR.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(files)
     assert sum(files.values()) <= 10 * 2**20
     model = trnlab.load_model(device="cpu")
@@ -49,7 +50,13 @@ def test_trnlab_model_env_selects_the_model(monkeypatch, tmp_path):
     assert trnlab.model_name() == str(tmp_path / "elsewhere")
     assert trnlab.model_name("explicit") == "explicit"
     monkeypatch.delenv("TRNLAB_MODEL")
-    assert trnlab.model_name() == str(BUNDLED_MODEL_DIR)
+    assert trnlab.model_name() == str(_BUNDLED_MODEL_DIR)
+    assert trnlab.model_name(tmp_path) == str(tmp_path)  # a path is a name
+    config = trnlab.load_config()
+    for load in (trnlab.model_name, trnlab.load_model, trnlab.load_tokenizer):  # not str(config), a folder never found
+        with pytest.raises(TypeError, match="a model name is a str or os.PathLike .*not type Qwen3Config: pass its "
+                                            r"\.name_or_path"):
+            load(config)
 
 
 def test_unreachable_hub_model_fails_fast_with_the_fix(monkeypatch):
@@ -85,7 +92,7 @@ def test_a_folder_that_does_not_exist_is_never_called_the_hub(tmp_path):
 def config_only_folder(tmp_path):
     folder = tmp_path / "config-only"
     folder.mkdir()
-    (folder / "config.json").write_text((BUNDLED_MODEL_DIR / "config.json").read_text())
+    (folder / "config.json").write_text((_BUNDLED_MODEL_DIR / "config.json").read_text())
     return folder
 
 
@@ -96,10 +103,35 @@ def test_an_incomplete_folder_names_the_missing_files(config_only_folder):
     # the tokenizer used to come back as a one-token tokenizer that encodes every text as []
     with pytest.raises(trnlab.NotAvailableError, match=r"not a complete tokenizer: it lacks tokenizer.json"):
         trnlab.load_tokenizer(config_only_folder)
-    assert trnlab.load_config(config_only_folder).model_type == "qwen3"  # the config alone is enough there
-    assert trnlab.load_config(config_only_folder / "config.json").name_or_path == str(config_only_folder / "config.json")
+    config = trnlab.load_config(config_only_folder)  # the config alone is enough there
+    assert config.model_type == "qwen3" and config.name_or_path == str(config_only_folder)
     with pytest.raises(trnlab.NotAvailableError, match="is a file, not a model folder"):
         trnlab.load_model(config_only_folder / "config.json", device="cpu")
+
+
+def test_load_config_takes_a_name_or_a_config_and_names_the_fix_for_the_rest(config_only_folder):
+    from transformers import AutoConfig
+
+    shipped = trnlab.load_config("Qwen/Qwen3-8B")
+    assert trnlab.load_config(shipped, required=True) is shipped  # a config passes through, its fields checked
+    with pytest.raises(trnlab.PlanError, match="config GPT2Config lacks intermediate_size, num_key_value_heads"):
+        trnlab.load_config(AutoConfig.for_model("gpt2"), required=True)
+    values = json.loads((config_only_folder / "config.json").read_text())
+    with pytest.raises(TypeError, match=r"not as type dict: build the config: "
+                                        r"transformers.AutoConfig.for_model\(\*\*values\)"):
+        trnlab.load_config(values)
+    assert AutoConfig.for_model(**values).vocab_size == trnlab.load_config(config_only_folder).vocab_size  # the fix
+    with pytest.raises(TypeError, match="not as type Qwen3ForCausalLM: pass model.config"):
+        trnlab.load_config(trnlab.load_model(device="cpu"))
+    (config_only_folder / "model.safetensors").write_bytes(bytes(range(256)))
+    for file in (config_only_folder / "config.json", str(config_only_folder / "model.safetensors")):
+        with pytest.raises(trnlab.SettingError) as info:
+            trnlab.load_config(file)
+        assert str(info.value) == (f"{str(file)!r} names a file, not a model: pass the folder that holds config.json, "
+                                   f"{str(config_only_folder)!r}")
+    with pytest.raises(trnlab.SettingError, match=r"names a file, not a model: pass the model's folder \(the one that "
+                                                  r"holds config.json\) or its hub name"):
+        trnlab.load_config("elsewhere/config.json")
 
 
 def test_settings_are_read_in_one_place(monkeypatch):
@@ -132,7 +164,7 @@ def test_load_model_keeps_the_device_index(fake_neuron, monkeypatch):
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fake_from_pretrained)
     trnlab.load_model(device="neuron:3")
-    assert seen == {"name": str(BUNDLED_MODEL_DIR), "device_map": "neuron:3", "dtype": torch.bfloat16}
+    assert seen == {"name": str(_BUNDLED_MODEL_DIR), "device_map": "neuron:3", "dtype": torch.bfloat16}
     trnlab.load_model(device="neuron", device_map={"": "cpu"}, dtype="float32")
     assert seen["device_map"] == {"": "cpu"} and seen["dtype"] == torch.float32  # an explicit map is kept
     seen.clear()
@@ -148,7 +180,7 @@ def test_a_cached_hub_model_loads_from_its_cached_folder_offline(monkeypatch, tm
     snapshot = tmp_path / "models--Org--Tiny" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     for file in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
-        (snapshot / file).write_bytes((BUNDLED_MODEL_DIR / file).read_bytes())
+        (snapshot / file).write_bytes((_BUNDLED_MODEL_DIR / file).read_bytes())
     monkeypatch.setattr("huggingface_hub.try_to_load_from_cache",
                         lambda name, file: str(snapshot / file) if name == "Org/Tiny" else None)
     monkeypatch.setattr(models, "_hub_reachable", lambda timeout=3.0: pytest.fail("the network was asked"))

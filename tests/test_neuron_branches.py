@@ -3,7 +3,7 @@
 A neuron branch is an ``if`` (``elif`` too) or a ternary whose test holds the string ``"neuron"``, in ``trnlab/**/*.py``
 (not ``trnlab/standin/``: the device itself), or an ``if`` line naming ``"neuron"`` in a notebook's code cell. Its
 neuron side is the arm taken when the value compared with ``"neuron"`` is ``"neuron"``: the true arm of ``==``, ``in``,
-``is not`` or a call such as ``backend_available("neuron")``, the false arm of ``!=``, ``not in`` and ``is`` (``getattr(
+``is not`` or a call such as ``_backend_available("neuron")``, the false arm of ``!=``, ``not in`` and ``is`` (``getattr(
 torch, "neuron", None) is None``), each ``not`` around it swapping them. An arm is taken when its first line runs (for
 a false arm without ``else``: when the ``if`` goes on to another line than its body's); a ternary when its line runs.
 
@@ -40,10 +40,10 @@ BRANCHES = {
     "trnlab/generation.py:compile_backend": STANDIN,
     "trnlab/generation.py:compile_backend#2": STANDIN,
     "trnlab/generation.py:generation_compile_config": STANDIN,
-    "trnlab/device.py:neuron_module": STANDIN,
-    "trnlab/device.py:backend_available": HERE + "test_without_torch_accelerator_torch_neuron_answers",
+    "trnlab/device.py:_neuron_module": STANDIN,
+    "trnlab/device.py:_backend_available": HERE + "test_without_torch_accelerator_torch_neuron_answers",
     "trnlab/device.py:device_count": HERE + "test_without_torch_accelerator_torch_neuron_answers",
-    "trnlab/device.py:bf16_supported": STANDIN,
+    "trnlab/device.py:_bf16_supported": STANDIN,
     "trnlab/device.py:pick_device": STANDIN,
     "trnlab/device.py:resolve_device_map": STANDIN,
     "trnlab/device.py:resolve_device_map#2": "tests/test_device.py::test_device_map_elsewhere",
@@ -54,8 +54,7 @@ BRANCHES = {
     "trnlab/launcher.py:plan_processes": STANDIN,
     "trnlab/launcher.py:plan_processes#2":
         "tests/test_launch.py::test_neuron_plan_is_one_process_per_visible_neuroncore",
-    "trnlab/launcher.py:_launch_command":
-        "tests/test_launch.py::test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subset",
+    "trnlab/launcher.py:_launch_command": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/launcher.py:launch": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/training.py:precision_choice": STANDIN,
     "trnlab/training.py:_page_arguments": STANDIN,
@@ -397,18 +396,18 @@ def test_without_torch_accelerator_torch_neuron_answers(fake_neuron, monkeypatch
     from trnlab import device as dev
 
     monkeypatch.setattr(dev, "_current_accelerator", lambda: None)  # a torch or TorchNeuron without torch.accelerator
-    assert dev.backend_available("neuron") and dev.device_count("neuron") == 4 and dev.detect_backend() == "neuron"
+    assert dev._backend_available("neuron") and dev.device_count("neuron") == 4 and dev.detect_backend() == "neuron"
     fake_neuron.cores = 2
     assert dev.device_count("neuron") == 2
     fake_neuron.cores = 0
-    assert not dev.backend_available("neuron") and dev.device_count("neuron") == 0
+    assert not dev._backend_available("neuron") and dev.device_count("neuron") == 0
 
 
 def test_launch_on_neuron_names_the_processes_holding_neuroncores(fake_neuron, monkeypatch, capsys):
     from trnlab import launcher
 
     monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
-    monkeypatch.setattr(launcher, "neuron_ls_output", lambda: NEURON_LS)
+    monkeypatch.setattr(launcher, "_neuron_ls_output", lambda: NEURON_LS)
     monkeypatch.setattr(launcher, "_run_commands", lambda commands, *rest: commands)  # nothing starts
     assert launcher.launch("train.py", timeout=60) == [[sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                         "--nproc-per-node=4", "--tee=3", "train.py"]]

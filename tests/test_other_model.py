@@ -11,7 +11,7 @@ import pytest
 
 import trnlab
 from trnlab.assets.corpus import EXAMPLE_PROMPT
-from trnlab.models import BUNDLED_MODEL_DIR
+from trnlab.models import _BUNDLED_MODEL_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from build_model import OTHER, main  # noqa: E402
@@ -22,7 +22,7 @@ def test_other_builds_in_seconds_a_differently_sized_qwen3_that_shards_on_a_2x2_
     assert main(["--other", "--output", str(tmp_path / "other")]) == 0
     assert time.perf_counter() - start < 60  # about 2 s of training on a laptop CPU core
     config = json.loads((tmp_path / "other" / "config.json").read_text())
-    bundled = json.loads((BUNDLED_MODEL_DIR / "config.json").read_text())
+    bundled = json.loads((_BUNDLED_MODEL_DIR / "config.json").read_text())
     sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
     assert all(config[key] != bundled[key] for key in sizes), (config, bundled)
     for size in (config["num_attention_heads"], config["num_key_value_heads"], config["intermediate_size"]):
@@ -41,7 +41,7 @@ def test_other_builds_in_seconds_a_differently_sized_qwen3_that_shards_on_a_2x2_
 def test_other_never_replaces_a_model_unless_told(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{}")
     for argv, message in [(["--other"], "--other needs --output DIR"),
-                          (["--other", "--output", str(BUNDLED_MODEL_DIR)], "is the shipped model"),
+                          (["--other", "--output", str(_BUNDLED_MODEL_DIR)], "is the shipped model"),
                           (["--other", "--output", str(tmp_path)], "already holds a model: pass --overwrite"),
                           (["--other", "--output", str(tmp_path / "config.json")], "is a file"),
                           (["--quick", "--other", "--output", str(tmp_path)], "not allowed with argument")]:

@@ -18,7 +18,7 @@ from trnlab import models, planning
 from trnlab.__main__ import _plan as plan_main
 from trnlab.launcher import GiB, INSTANCES, get_instance, validate_parallel_sizes
 from trnlab.planning import plan_memory, plan_mesh
-from trnlab.settings import PlanError
+from trnlab.settings import PlanError, SettingError
 
 BATCH, SEQ = 2, 32  # micro-batch per FSDP rank in the measured run
 
@@ -115,10 +115,14 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     assert best.fits and best.plan.total <= train.budget and best.plan.checkpointing == "selective"
     assert [(t["tp_size"], t["fsdp_size"], t["checkpointing"], t["fits"]) for t in train.tried] == [
         (1, 64, "none", False), (4, 16, "none", False), (1, 64, "selective", False), (4, 16, "selective", True)]
-    assert '"Keep TP4 within a chip"' in train.reason and "spans" not in train.reason
-    assert ("It is the mesh of AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge" in train.reason
-            and "by construction" in train.reason and "not an independent confirmation" in train.reason)
-    assert "21.6 GiB usable per core (24 GiB of HBM minus the planner's assumed 10% headroom;" in train.reason
+    # The headline: the layout, its bytes against the budget, the headroom said as the planner's assumption.
+    headline, why = train.reason.split("\n")
+    assert headline == (f"Recommended: tp=4 x fsdp=16 with selective activation checkpointing (every 2nd layer), "
+                        f"{best.plan.total / GiB:.2f} of 21.6 GiB usable per core (24 GiB of HBM minus the planner's "
+                        "assumed 10% headroom; the runtime's own overhead is not published).")
+    assert '"Keep TP4 within a chip"' in why and "spans" not in why
+    assert ("It is the mesh of AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge" in why
+            and "by construction" in why and "not an independent confirmation" in why)
     assert "qwen3_8b_tp4_fsdp16_sac" in train.reason and "18 of 36 layers" in train.reason
     # tp=2 fits too (the table shows it); the reason says why the ladder passes over it.
     tp2 = next(c for c in train.candidates if c.tp_size == 2)
@@ -132,15 +136,17 @@ def test_recommended_meshes_for_qwen3_8b_on_a_trn2_follow_neuron_practice():
     # Without checkpointing nothing inside a chip fits: tp=8 is the last resort, and it says so.
     none = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096, gradient_checkpointing="none")
     assert (none.recommended.tp_size, none.recommended.fsdp_size) == (8, 8)
-    assert "tp=8 spans 2 chips, against Neuron's advice" in none.reason and "you fixed the checkpointing" in none.reason
+    assert none.reason.startswith("Recommended: tp=8 x fsdp=8, ")   # no checkpointing: none said
+    assert ("tp=8 spans 2 chips, against Neuron's \"Keep TP4 within a chip\": no mesh with TP inside a chip fits."
+            in none.reason) and "by construction" not in none.reason
     # Full checkpointing frees the layers' activations: FSDP alone fits, every rank does FSDP.
     full = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=4096, gradient_checkpointing=True)
     assert (full.recommended.tp_size, full.recommended.fsdp_size, full.checkpointing) == (1, 64, "full")
-    assert "FSDP alone fits" in full.reason
-    # A shorter sequence fits tp4 without recompute, and the reason says why it is not AWS's layout.
+    assert "FSDP alone fits: no tensor parallelism" in full.reason and "36 of 36 layers" in full.reason
+    # A shorter sequence fits tp4 without recompute: AWS's mesh, not its layout, so no "by construction".
     short = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=2048)
     assert (short.recommended.tp_size, short.recommended.fsdp_size, short.checkpointing) == (4, 16, "none")
-    assert "here it is not recommended because at this workload tp=4 x fsdp=16 with no checkpointing" in short.reason
+    assert "by construction" not in short.reason and "Checkpointing" not in short.reason
     small = plan_mesh("Qwen/Qwen3-4B", "trn2.3xlarge", "train", batch=1, seq=2048, gradient_checkpointing=True)
     assert small.recommended.tp_size * small.recommended.fsdp_size == 4
     text = planning.format_plan(train)
@@ -153,8 +159,13 @@ def test_serving_recommends_replicas_without_fsdp():
     eight = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "inference", batch=8, seq=4096)
     best = eight.recommended
     assert (best.tp_size, best.fsdp_size, best.replicas) == (2, 1, 32)
-    assert eight.reason.startswith("Recommended for serving: 32 independent replicas of DistributedConfig(tp_size=2)")
-    assert "Tried first: 64 replicas of tp=1 needs 22.5 GiB" in eight.reason and "fsdp=64" not in eight.reason
+    assert eight.reason.startswith(f"Recommended for serving: 32 replicas of tp=2, {best.plan.total / GiB:.2f} of "
+                                   "21.6 GiB usable per core")
+    assert "each replica is its own DistributedConfig(tp_size=2) holding the whole model" in eight.reason
+    assert "fsdp=64" not in eight.reason and "FSDP alone" not in eight.reason
+    # One replica per core was tried first and is too big.
+    assert [(t["replicas"], t["tp_size"], t["fits"]) for t in eight.tried] == [(64, 1, False), (32, 2, True)]
+    assert round(eight.tried[0]["total_bytes"] / GiB, 1) == 22.5
     assert "(32 replicas)  <- recommended" in str(eight)
 
 
@@ -238,9 +249,9 @@ def test_a_tp_the_heads_do_not_divide_by_is_refused_for_that_reason():
     with pytest.raises(PlanError, match=r"tp_size=3 does not divide .* Use tp_size in \[1, 2, 4, 8\]\.$"):
         plan_memory("Qwen/Qwen3-8B", tp_size=3)
     for bad in (0, -4, True):
-        with pytest.raises(PlanError, match=f"tp_size={bad!r}: a whole number >= 1"):
+        with pytest.raises(PlanError, match=f"tp_size={bad!r}: give a whole number >= 1"):
             plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", tp_size=bad)
-    with pytest.raises(PlanError, match="fsdp_size=0: a whole number >= 1"):
+    with pytest.raises(PlanError, match="fsdp_size=0: give a whole number >= 1"):
         plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", fsdp_size=0)
     with pytest.raises(PlanError, match=r"fsdp_size=3 does not divide the 64 ranks of trn2.48xlarge"):
         plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", fsdp_size=3)
@@ -253,67 +264,105 @@ def test_a_given_mesh_is_explained_as_given():
     assert "smallest" not in given.reason and "no TP needed" not in given.reason
     assert '"Keep TP4 within a chip"' in given.reason
     across = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=4096, tp_size=8)
-    assert "tp=8 spans 2 chips, against Neuron's advice to keep TP within a chip (4 logical cores): you asked for it" \
-        in across.reason
+    assert "tp=8 spans 2 chips, against Neuron's \"Keep TP4 within a chip\": you asked for it." in across.reason
 
 
-def test_a_weights_file_is_not_taken_for_a_config(tmp_path, capsys):
-    # issue 16 item 3: a clear error pointing at the folder, not a UnicodeDecodeError.
+def test_a_file_is_not_taken_for_a_model(tmp_path, capsys):
+    # issue 16 item 3, issue 23 item 4: a file is refused, naming the folder to pass (never a UnicodeDecodeError).
     (tmp_path / "config.json").write_text(models.SHIPPED_MODELS["Qwen/Qwen3-0.6B"].read_text())
     (tmp_path / "model.safetensors").write_bytes(bytes(range(256)) * 4)
-    with pytest.raises(PlanError) as info:
-        plan_memory(tmp_path / "model.safetensors")
-    assert str(info.value) == (f"{tmp_path / 'model.safetensors'} is not a model config (a .safetensors file holds "
-                               f"weights or tokenizer data, not the model's sizes): the folder {tmp_path} holds a "
-                               f"config.json: pass --model {tmp_path}.")
+    for file in ("model.safetensors", "config.json"):
+        with pytest.raises(SettingError) as info:
+            plan_memory(tmp_path / file)
+        assert str(info.value) == (f"{str(tmp_path / file)!r} names a file, not a model: pass the folder that holds "
+                                   f"config.json, {str(tmp_path)!r}")
     assert plan_main(["--model", str(tmp_path / "model.safetensors")]) == 2
-    assert "pass --model" in capsys.readouterr().err
-    (tmp_path / "weights.dat").write_bytes(bytes(range(256)))
-    with pytest.raises(PlanError, match="weights.dat is not a model config \\(a binary file, not JSON\\)"):
-        plan_memory(tmp_path / "weights.dat")
-    (tmp_path / "list.json").write_text("[1, 2]")
+    assert "pass the folder that holds config.json" in capsys.readouterr().err
+    assert plan_memory(tmp_path).total == plan_memory("Qwen/Qwen3-0.6B").total  # the fix
+    (tmp_path / "config.json").write_bytes(bytes(range(256)))
+    with pytest.raises(PlanError, match="config.json is not a model config \\(a binary file, not JSON\\)"):
+        plan_memory(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
     with pytest.raises(PlanError, match="JSON of a list, not a config object"):
-        plan_memory(tmp_path / "list.json")
+        plan_memory(tmp_path)
 
 
 def test_a_config_without_the_needed_fields_names_them(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3", "hidden_size": 64}))
     with pytest.raises(PlanError, match="lacks intermediate_size, num_hidden_layers, num_attention_heads, "
                                         "num_key_value_heads, vocab_size"):
-        plan_memory({"model_type": "qwen3", "hidden_size": 64})
-    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128,
-                                                      "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                      "num_key_value_heads": 2, "vocab_size": 100}))
-    with pytest.raises(PlanError, match=r"config.json lacks model_type"):
         plan_memory(tmp_path)
-    with pytest.raises(PlanError, match="workload='serve'"):
-        plan_memory("Qwen/Qwen3-0.6B", workload="serve")
-    with pytest.raises(PlanError, match="master_weights='fp8'"):
-        plan_memory("Qwen/Qwen3-0.6B", workload="train", master_weights="fp8")
+def _fixes(error: PlanError) -> list[list[str]]:
+    """The command-line flags of each fix a no-fit PlanError names."""
+    return [fix.split(" (")[0].split() for fix in str(error).split("What would fit: ")[1][:-1].split("; ")]
 
 
-def test_a_workload_that_fits_no_mesh_says_what_would():
+def _plans(args: list[str], capsys) -> bool:
+    """Whether ``python -m trnlab plan ARGS`` finds a mesh that fits (its output swallowed)."""
+    code = plan_main(args)
+    capsys.readouterr()
+    return code == 0
+
+
+def test_a_workload_that_fits_no_mesh_names_the_flags_that_would(capsys):
+    args = ["--model", "Qwen/Qwen3-8B", "--instance", "trn2.3xlarge", "--train", "--batch", "2", "--seq", "4096"]
     with pytest.raises(PlanError) as info:
         plan_mesh("Qwen/Qwen3-8B", "trn2.3xlarge", "train", batch=2, seq=4096)
-    message = str(info.value)
-    assert message.startswith("Qwen/Qwen3-8B training (micro-batch 2 x 4096 per rank) fits no mesh on "
-                              "trn2.3xlarge")
-    assert "21.6 GiB usable" in message and "What would fit:" in message
-    assert "--nodes" in message and "one trn2.48xlarge" in message and "full activation checkpointing" in message
-    # Each alternative was planned: the one on a trn2.48xlarge really fits.
-    assert plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=2, seq=4096,
-                     gradient_checkpointing=True).recommended.fits
-    # A fixed lighter checkpointing is told which heavier one would fit.
-    with pytest.raises(PlanError, match=r"What would fit: --checkpointing full on trn2.48xlarge: tp=1 x fsdp=64, full"):
+    assert str(info.value) == (
+        "Qwen/Qwen3-8B training (micro-batch 2 x 4096 per rank) fits no mesh on trn2.3xlarge even with full activation "
+        "checkpointing: the leanest, tp=4 x fsdp=1, needs 45.4 GiB per core, 21.6 GiB usable per core (24 GiB of HBM "
+        "minus the planner's assumed 10% headroom; the runtime's own overhead is not published). What would fit: "
+        "--nodes 6 (tp=4 x fsdp=6 with full activation checkpointing: 20.6 GiB per core); --instance trn2.48xlarge "
+        "(tp=1 x fsdp=64 with full activation checkpointing: 20.2 GiB per core).")
+    # Each fix, added to the command, plans; the fewest nodes are named (one fewer is a near miss that fails).
+    assert _fixes(info.value) == [["--nodes", "6"], ["--instance", "trn2.48xlarge"]]
+    assert all(_plans(args + fix, capsys) for fix in _fixes(info.value))
+    assert not _plans(args + ["--nodes", "5"], capsys) and not _plans(args, capsys)
+    # A fixed lighter checkpointing is told which heavier one fits, at the same batch.
+    args = ["--model", "Qwen/Qwen3-8B", "--train", "--seq", "8192", "--checkpointing", "none"]
+    with pytest.raises(PlanError) as info:
         plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", batch=1, seq=8192, gradient_checkpointing="none")
-    # No one change fits: the leanest settings on more nodes and on a larger instance, each planned and fitting.
+    assert str(info.value).endswith("What would fit: --checkpointing full (tp=1 x fsdp=64 with full activation "
+                                    "checkpointing: 20.2 GiB per core).")
+    assert _plans(args + ["--checkpointing", "full"], capsys) and not _plans(args + ["--checkpointing", "selective"],
+                                                                            capsys)
+    # No one change fits: the leanest settings, on more nodes and on a larger instance, each planned and fitting.
+    args = ["--model", "Qwen/Qwen3-32B", "--instance", "trn2.3xlarge", "--train", "--batch", "4", "--seq", "4096"]
     with pytest.raises(PlanError) as info:
         plan_mesh("Qwen/Qwen3-32B", "trn2.3xlarge", "train", batch=4, seq=4096)
-    assert str(info.value).split("What would fit: ")[1].startswith(
-        "--batch 1 on 12 x trn2.3xlarge (--nodes 12): tp=4 x fsdp=12, full activation checkpointing")
-    assert "; --batch 1 on one trn2.48xlarge: tp=4 x fsdp=16, full" in str(info.value)
-    for instance, nodes in (("trn2.3xlarge", 12), ("trn2.48xlarge", 1)):
-        assert plan_mesh("Qwen/Qwen3-32B", instance, "train", batch=1, seq=4096, nodes=nodes,
-                         gradient_checkpointing="full").recommended.fits
+    assert str(info.value).split("What would fit: ")[1] == (
+        "--batch 1 --nodes 12 (tp=4 x fsdp=12 with full activation checkpointing: 20.5 GiB per core); --batch 1 "
+        "--instance trn2.48xlarge (tp=4 x fsdp=16 with full activation checkpointing: 17.9 GiB per core).")
+    assert all(_plans(args + fix, capsys) for fix in _fixes(info.value))
+    assert not _plans(args + ["--batch", "1", "--nodes", "8"], capsys)   # 8 is the count tried below 12
+
+
+def test_a_long_sequence_is_told_the_longest_that_fits_and_where(capsys):
+    # Nothing fits a trn2.3xlarge at any length: the sequence is halved until a larger instance fits it.
+    args = ["--model", "Qwen/Qwen3-8B", "--instance", "trn2.3xlarge", "--train", "--seq", "32768"]
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.3xlarge", "train", seq=32768)
+    assert _fixes(info.value) == [["--seq", "16384", "--instance", "trn3-gen1-ultraserver"]]
+    assert _plans(args + _fixes(info.value)[0], capsys)
+    assert not _plans(args + ["--instance", "trn3-gen1-ultraserver"], capsys)   # the halving was needed
+
+
+def test_a_given_mesh_that_does_not_fit_is_told_the_mesh_flags_too(capsys):
+    # The user's --tp/--fsdp stay on the command line: every fix names the mesh it planned.
+    args = ["--model", "Qwen/Qwen3-8B", "--instance", "trn2.3xlarge", "--train", "--seq", "4096", "--tp", "1",
+            "--fsdp", "4"]
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.3xlarge", "train", seq=4096, tp_size=1, fsdp_size=4)
+    assert str(info.value).startswith("Qwen/Qwen3-8B training (micro-batch 1 x 4096 per rank) does not fit tp=1 x "
+                                      "fsdp=4 on trn2.3xlarge even with full activation checkpointing: it needs 41.0")
+    assert _fixes(info.value) == [["--nodes", "3", "--tp", "1", "--fsdp", "12"],
+                                  ["--instance", "trn2.48xlarge", "--tp", "4", "--fsdp", "16"]]
+    assert all(_plans(args + fix, capsys) for fix in _fixes(info.value))
+    # Where the ladder fits on the same instance, its mesh is the one fix.
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "train", seq=4096, tp_size=1, fsdp_size=64,
+                  gradient_checkpointing="none")
+    assert _fixes(info.value) == [["--tp", "8", "--fsdp", "8"]]
 
 
 def test_a_huge_batch_is_answered_in_seconds():
@@ -378,7 +427,7 @@ def test_cli_json_for_a_shipped_model_works_offline(capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     assert (out["recommended"]["tp_size"], out["checkpointing"]) == (1, "full")
     assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--tp", "0"]) == 2
-    assert capsys.readouterr().err == "error: tp_size=0: a whole number >= 1\n"
+    assert capsys.readouterr().err == "error: tp_size=0: give a whole number >= 1\n"
     assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--gradient-checkpointing", "--checkpointing", "none"]) == 2
     assert "contradicts --checkpointing none" in capsys.readouterr().err
 

@@ -17,8 +17,8 @@ def test_every_exported_name_resolves_and_has_a_docstring():
     undocumented = []
     for name in trnlab.__all__:
         value = getattr(trnlab, name)
-        if name in trnlab.CONSTANTS:
-            assert isinstance(value, str) and trnlab.CONSTANTS[name]
+        if name in trnlab._CONSTANTS:
+            assert isinstance(value, str) and trnlab._CONSTANTS[name]
         elif not (getattr(value, "__doc__", None) or "").strip():
             undocumented.append(name)
     assert not undocumented, f"add a docstring to: {undocumented}"

@@ -1,17 +1,17 @@
 """trnlab.pytest_plugin: the course's nbval rules, run on notebooks outside the repository.
 
 The notebooks here are written for each test, following nbval's own conventions (its comment
-markers, its cell tags, ``--nbval`` and ``--nbval-lax``); each session runs in a subprocess,
-in a folder outside this repository, as a learner's CI would.
+markers, its cell tags, ``--nbval`` and ``--nbval-lax``); each session is a learner's command
+line, run by ``pytest.main`` in this process (no new interpreter to start), in a folder outside
+this repository, as a learner's CI would.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
+import io
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,22 +22,21 @@ import pytest
 from nbclient import NotebookClient
 
 import trnlab
-from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR as BUNDLED_MODEL_DIR, _cell_options as cell_options,
+from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR as _BUNDLED_MODEL_DIR, _cell_options as cell_options,
                                   _other_model as other_model, _parse_notebook_env as parse_notebook_env,
                                   _run_label as run_label, notebook_problems, sanitize)
+from trnlab.settings import environment
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Each run prints a new temporary path, a new address, a new timing, a new run id (masked by the
-# learner's own --nbval-sanitize-with file) and writes to stderr: all must compare equal.
+# learner's own --nbval-sanitize-with file) and writes to stderr: all must compare equal. Nothing
+# here needs torch, so its kernel does not import it.
 CHANGING_CELL = """# NBVAL_CHECK_OUTPUT
 import random, sys, tempfile, time
-import trnlab
 start = time.perf_counter()
 print("scratch folder:", tempfile.mkdtemp(prefix="learner-"))
-print("model at", trnlab.model_name())
 print(f"an object: {object()}, took {time.perf_counter() - start + 0.5:.3f} s")
-print(f"device: {trnlab.pick_device('cpu', verbose=False)}")
 print("run id", random.randrange(10**6))
 print("warning: something noisy", file=sys.stderr, flush=True)
 print("stable line", 6 * 7)"""
@@ -45,33 +44,41 @@ print("stable line", 6 * 7)"""
 LEARNER_PATTERNS = "regex: run id \\d+\nreplace: run id <ID>\n"
 
 
-def _notebook(path: Path, sources: list[str], execute: bool = True) -> Path:
+def _notebook(path: Path, sources: list[str]) -> Path:
+    """A notebook of ``sources``, executed in a real kernel and stored with its outputs."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    if execute:
-        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     nbformat.write(nb, path)
     return path
 
 
 def _pytest(folder: Path, *args: str, mode: str = "--nbval-lax", plugin: bool = True, env=None, rules: bool = True):
-    env = {**os.environ, **(env or {}),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    """One pytest session on ``folder`` (a folder or a notebook), run from there: its returncode, stdout, stderr."""
     plugin_args = ["-p", "trnlab.pytest_plugin", *(["--trnlab-rules"] if rules else [])]
-    command = [sys.executable, "-m", "pytest", *(plugin_args if plugin else ["--nbval-current-env"]),
-               mode, "-p", "no:cacheprovider", "-q", *args, str(folder)]
+    command = [*(plugin_args if plugin else ["--nbval-current-env"]), mode, "-p", "no:cacheprovider", "-q",
+               "--nbval-cell-timeout", "300", *args, str(folder),
+               "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # nbval and the plugin: imported here already
+    paths = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # for kernels and xdist workers
+    stdout, stderr = io.StringIO(), io.StringIO()
     cwd = folder if folder.is_dir() else folder.parent
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    with environment(**{**(env or {}), "PYTHONPATH": paths}), contextlib.chdir(cwd), \
+            contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        returncode = int(pytest.main(command))
+    return SimpleNamespace(returncode=returncode, stdout=stdout.getvalue(), stderr=stderr.getvalue())
 
 
 @pytest.fixture(scope="module")
 def learner_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("learner-repo")  # outside this repository, like a learner's
     _notebook(folder / "good.ipynb", [CHANGING_CELL])
-    # Stored without LEARNER_FLAG: the runs with --notebook-env LEARNER_FLAG=... must differ.
-    _notebook(folder / "flag.ipynb", ['# NBVAL_CHECK_OUTPUT\nimport os\nprint("flag:", os.environ.get("LEARNER_FLAG", "unset"))'])
-    _notebook(folder / "run_id.ipynb", ['# NBVAL_CHECK_OUTPUT\nimport random\nprint("run id", random.randrange(10**6))'])
+    # One line each, stored as a run stores it (like the conventions notebooks below: no kernel needed).
+    # flag.ipynb is stored without LEARNER_FLAG: the runs with --notebook-env LEARNER_FLAG=... must differ.
+    flag = '# NBVAL_CHECK_OUTPUT\nimport os\nprint("flag:", os.environ.get("LEARNER_FLAG", "unset"))'
+    _write(folder / "flag.ipynb", [_cell(flag, 1, [_stdout("flag: unset\n")])])
+    run_id = '# NBVAL_CHECK_OUTPUT\nimport random\nprint("run id", random.randrange(10**6))'
+    _write(folder / "run_id.ipynb", [_cell(run_id, 1, [_stdout("run id 271828\n")])])
     (folder / "patterns.cfg").write_text(LEARNER_PATTERNS)
     return folder
 
@@ -79,7 +86,8 @@ def learner_folder(tmp_path_factory):
 def test_a_learners_notebook_passes_with_paths_stderr_timings_and_addresses_changing(learner_folder):
     """One session: both notebooks as stored, and in two more runs (--notebook-env twice, a comma in a value)."""
     stored = nbformat.read(learner_folder / "good.ipynb", as_version=4).cells[0].outputs
-    assert any(o.get("name") == "stderr" for o in stored) and "/learner-" in stored[0]["text"]
+    assert any(o.get("name") == "stderr" for o in stored), stored
+    assert "/learner-" in next(o["text"] for o in stored if o.get("name") == "stdout"), stored
     assert "LEARNER_FLAG" not in os.environ
     done = _pytest(learner_folder / "good.ipynb", "-rA", "--nbval-sanitize-with", "patterns.cfg",
                    "--notebook-env", "LEARNER_FLAG=0,1", "--notebook-env", "LEARNER_FLAG=on OTHER=x",
@@ -415,20 +423,25 @@ def test_strict_nbval_passes_on_a_trainer_notebook_because_of_the_course_pattern
     summary = nb.cells[3].outputs[0]
     summary["text"] = re.sub(r" in (\d+) s on ", lambda m: f" in {int(m[1]) + 60} s on ", summary["text"], count=1)
     nbformat.write(nb, path)
-    changed = copy.deepcopy(nb)  # a real difference, in the same printout as the speed metrics
-    changed.cells[1].outputs[0]["text"] = re.sub(r"'train_loss': '[\d.]+'", "'train_loss': '9.999'", logs)
-    nbformat.write(changed, tmp_path / "changed_loss.ipynb")
+    # A real difference, in the same printout as the speed metrics: a cell prints this run's Trainer log, stored with
+    # another loss (no second Trainer run: trainer.ipynb's fresh run is the one whose speed metrics must be masked).
+    changed_logs = re.sub(r"'train_loss': '[\d.]+'", "'train_loss': '9.999'", logs)
+    assert changed_logs != logs, logs
+    _write(tmp_path / "changed_loss.ipynb", [_cell(f"print({logs!r}, end='')", 1, [_stdout(changed_logs)])])
 
     done = _pytest(tmp_path, "-rA", mode="--nbval")
     out = done.stdout
     assert all(f"PASSED trainer.ipynb::Cell {n}" in out for n in range(4)), out
-    assert "FAILED changed_loss.ipynb::Cell 1" in out and "'9.999'" in out, out  # in nbval's diff
-    assert "1 failed, 9 passed" in out, out  # 4 cells and the rules, twice; one cell fails
+    assert "FAILED changed_loss.ipynb::Cell 0" in out and "'9.999'" in out, out  # in nbval's diff
+    assert "1 failed, 6 passed" in out, out  # trainer: 4 cells and the rules; changed_loss: the rules; one cell fails
+    # Without the course's patterns it fails. The notebook writes nothing to stderr (the one thing the plugin skips
+    # besides), so plain nbval (no plugin) compares exactly what this run compares: its run would repeat this one.
+    assert not any(o.get("name") == "stderr" for cell in nb.cells for o in cell.outputs), \
+        "trainer.ipynb writes to stderr now: add the plain nbval run back (_pytest(path, mode='--nbval', plugin=False))"
     no_course = _pytest(path, "-rA", "--trnlab-no-sanitize", mode="--nbval")
     assert "PASSED trainer.ipynb::Cell 0" in no_course.stdout, no_course.stdout
     assert all(f"FAILED trainer.ipynb::Cell {n}" in no_course.stdout for n in (1, 2, 3)), no_course.stdout
-    no_plugin = _pytest(path, mode="--nbval", plugin=False)
-    assert no_plugin.returncode == 1 and "3 failed, 1 passed" in no_plugin.stdout, no_plugin.stdout
+    assert no_course.returncode == 1 and "3 failed, 2 passed" in no_course.stdout, no_course.stdout  # and the rules
 
 
 # --- bundled-model cells ---------------------------------------------------------------------
@@ -436,39 +449,37 @@ def test_strict_nbval_passes_on_a_trainer_notebook_because_of_the_course_pattern
 def test_other_model_reads_the_runs_model_as_the_kernel_would(tmp_path, monkeypatch):
     notebook = SimpleNamespace(path=tmp_path / "nb.ipynb", env={})
     monkeypatch.delenv("TRNLAB_MODEL", raising=False)
-    assert other_model(notebook) is None and Path(trnlab.model_name()) == BUNDLED_MODEL_DIR  # trnlab's own default
+    assert other_model(notebook) is None and Path(trnlab.model_name()) == _BUNDLED_MODEL_DIR  # trnlab's own default
     monkeypatch.setenv("TRNLAB_MODEL", "Qwen/Qwen3-0.6B")
     assert other_model(notebook) == "Qwen/Qwen3-0.6B"
-    notebook.env = {"TRNLAB_MODEL": str(BUNDLED_MODEL_DIR)}  # the run's own setting wins
+    notebook.env = {"TRNLAB_MODEL": str(_BUNDLED_MODEL_DIR)}  # the run's own setting wins
     assert other_model(notebook) is None
-    notebook.env = {"TRNLAB_MODEL": os.path.relpath(BUNDLED_MODEL_DIR, tmp_path)}  # from the notebook's folder
+    notebook.env = {"TRNLAB_MODEL": os.path.relpath(_BUNDLED_MODEL_DIR, tmp_path)}  # from the notebook's folder
     assert other_model(notebook) is None
     notebook.env = {"TRNLAB_MODEL": ""}
     assert other_model(notebook) is None
 
 
+#: (source, tags, stdout of the bundled model's run, as stored)
 BUNDLE_CELLS = [
-    ("import os\nMODEL = os.environ.get('TRNLAB_MODEL')", []),
-    ("# NBVAL_CHECK_OUTPUT\nprint('greedy text of', 'another model' if MODEL else 'the bundled model')", ["bundled-model"]),
-    ("print('vocabulary', 761 if not MODEL else 1000)", ["bundled-model", "nbval-check-output"]),
-    ("# NBVAL_CHECK_OUTPUT\nprint('model setting:', MODEL)", []),
-    ("# NBVAL_CHECK_OUTPUT\nprint('bucketed == unbucketed:', True)", []),
+    ("import os\nMODEL = os.environ.get('TRNLAB_MODEL')", [], None),
+    ("# NBVAL_CHECK_OUTPUT\nprint('greedy text of', 'another model' if MODEL else 'the bundled model')", ["bundled-model"],
+     "greedy text of the bundled model\n"),
+    ("print('vocabulary', 761 if not MODEL else 1000)", ["bundled-model", "nbval-check-output"], "vocabulary 761\n"),
+    ("# NBVAL_CHECK_OUTPUT\nprint('model setting:', MODEL)", [], "model setting: None\n"),
+    ("# NBVAL_CHECK_OUTPUT\nprint('bucketed == unbucketed:', True)", [], "bucketed == unbucketed: True\n"),
 ]
 
 
 def test_bundled_model_cells_run_unchecked_with_another_model_and_the_report_says_so(tmp_path):
     """Under pytest-xdist too: the terminal summary counts from the workers' reports."""
-    path = tmp_path / "bundle.ipynb"
-    _notebook(path, [source for source, _ in BUNDLE_CELLS])
-    nb = nbformat.read(path, as_version=4)
-    for cell, (_, tags) in zip(nb.cells, BUNDLE_CELLS):
-        cell.metadata["tags"] = tags
-    nbformat.write(nb, path)
+    path = _write(tmp_path / "bundle.ipynb", [_cell(source, n, [_stdout(text)] if text else [], tags)
+                                              for n, (source, tags, text) in enumerate(BUNDLE_CELLS, 1)])
     # This session's model is another one; its --notebook-env run names the bundled folder.
-    done = _pytest(path, "-rA", "-n", "1", "--notebook-env", f"TRNLAB_MODEL={BUNDLED_MODEL_DIR}",
+    done = _pytest(path, "-rA", "-n", "1", "--notebook-env", f"TRNLAB_MODEL={_BUNDLED_MODEL_DIR}",
                    env={"TRNLAB_MODEL": "/models/other-qwen3"})
     out = done.stdout
-    bundled = f"bundle.ipynb[TRNLAB_MODEL={BUNDLED_MODEL_DIR}]"
+    bundled = f"bundle.ipynb[TRNLAB_MODEL={_BUNDLED_MODEL_DIR}]"
     # Another model: the two bundled-model cells run unchecked; the others are still compared.
     assert "PASSED bundle.ipynb::Cell 1" in out and "PASSED bundle.ipynb::Cell 2" in out, out
     assert "FAILED bundle.ipynb::Cell 3" in out and "PASSED bundle.ipynb::Cell 4" in out, out

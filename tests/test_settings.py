@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trnlab.settings import SettingError, _read_settings as read_settings, read_setting, setting_problems
+from trnlab.settings import SettingError, _read_settings as read_settings, _read_setting, _setting_problems
 
 
 def test_defaults_when_nothing_is_set():
@@ -38,17 +38,17 @@ def test_a_bad_device_fails_in_read_settings_naming_the_variable_and_the_forms(v
 def test_bad_dtype_and_threads_name_the_variable(variable, value, fix):
     with pytest.raises(SettingError, match=f"^{variable}='{value}'.*{fix}"):
         read_settings({variable: value})
-    assert setting_problems({variable: value}).keys() == {variable}
+    assert _setting_problems({variable: value}).keys() == {variable}
 
 
 def test_each_variable_is_checked_on_its_own():
     env = {"TRNLAB_DEVICE": "banana", "TRNLAB_DTYPE": "bf16", "TRNLAB_CPU_THREADS": "2"}
-    assert sorted(setting_problems(env)) == ["TRNLAB_DEVICE", "TRNLAB_DTYPE"]
-    assert read_setting("TRNLAB_CPU_THREADS", env) == 2  # a bad neighbour does not hide a good value
-    assert read_setting("TRNLAB_MODEL", env) is None
-    assert setting_problems({}) == {}
+    assert sorted(_setting_problems(env)) == ["TRNLAB_DEVICE", "TRNLAB_DTYPE"]
+    assert _read_setting("TRNLAB_CPU_THREADS", env) == 2  # a bad neighbour does not hide a good value
+    assert _read_setting("TRNLAB_MODEL", env) is None
+    assert _setting_problems({}) == {}
     with pytest.raises(KeyError, match="not a course setting"):
-        read_setting("TRNLAB_NOPE", env)
+        _read_setting("TRNLAB_NOPE", env)
 
 
 def test_environment_sets_and_unsets_in_a_block_and_restores_only_those(monkeypatch):
@@ -110,7 +110,7 @@ def test_progress_bars_toggle_lives_in_settings():
 def test_the_default_instance_is_a_course_default():
     from trnlab import settings
 
-    assert settings.DEFAULT_INSTANCE == "trn2.48xlarge"
+    assert settings._DEFAULT_INSTANCE == "trn2.48xlarge"
 
 
 def test_knob_converts_to_the_default_s_type_and_falls_back_to_it():

@@ -2,7 +2,8 @@
 beside a real TorchNeuron, and carries the page's claims through the real Transformers and Accelerate code.
 
 Each run is a fresh Python: PyTorch renames its private backend once per process. The extension is built
-once into ``trnlab.standin.cache_dir()`` and loaded from there by every later run.
+once into ``trnlab.standin.cache_dir()`` and loaded from there by every later run. One run carries the device's
+own claims and the libraries' (STANDIN_SCRIPT): torch, dynamo and Transformers are imported once for all of them.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ def run(code: str, **env: str) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
 
 
-DEVICE_SCRIPT = """
-    import trnlab.standin as standin  # first: its own import torch starts the stand-in when it has been imported
-    import copy, json, logging, torch
+STANDIN_SCRIPT = """
+    import sys, torch  # torch first, as a notebook does: its entry point starts the stand-in
+    r = {"transformers_at_import": "transformers" in sys.modules, "dynamo_at_import": "torch._dynamo" in sys.modules,
+         "standin": getattr(getattr(torch, "neuron", None), "standin", False)}
+    import copy, json, logging, tempfile
     from torch._dynamo.utils import counters
+    import trnlab.standin as standin
 
-    r, warned = {"started_by_import": hasattr(torch, "neuron")}, []
+    warned = []
     neuron = standin.enable()
     r["same_module"] = standin.enable() is neuron is torch.neuron
     r["repr"], r["accelerator"] = repr(torch.neuron), str(torch.accelerator.current_accelerator())
@@ -96,6 +100,7 @@ DEVICE_SCRIPT = """
     tuned = torch.compile(lambda t: t + 1, backend="neuron", mode="max-autotune")
     r["mode_result"] = tuned(torch.ones(2, device="neuron")).tolist()
     r["mode_warning"] = warned
+    logging.getLogger().removeHandler(handler)
 
     torch.neuron.synchronize()
     before = torch.neuron.memory_allocated()
@@ -112,80 +117,22 @@ DEVICE_SCRIPT = """
     import importlib.util, torch_neuronx
     r["torch_neuronx_spec"] = importlib.util.find_spec("torch_neuronx") is not None
     r["torch_neuronx_version"] = torch_neuronx.__version__
-    print(json.dumps(r))
-"""
 
-
-@pytest.fixture(scope="module")
-def device_run() -> dict:
-    return run(DEVICE_SCRIPT, TRNLAB_NEURON_STANDIN="1")
-
-
-@needs_compiler
-def test_it_builds_once_into_its_cache_and_says_what_it_is(device_run):
-    assert device_run["ready"] and device_run["started_by_import"] and device_run["same_module"]
-    assert device_run["stderr"].count(STANDIN_NOTICE) == 1
-    assert NOTICE_SNIPPET in device_run["repr"] and NOTICE_SNIPPET in device_run["metrics_note"]
-    assert (device_run["accelerator"], device_run["count"], device_run["available"], device_run["bf16"]) == \
-        ("neuron", 1, True, True)
-    assert device_run["torch_neuronx_spec"] and device_run["torch_neuronx_version"].endswith("+trnlab.standin")
-
-
-@needs_compiler
-def test_forward_backward_and_bf16_autocast_give_cpu_numbers(device_run):
-    assert device_run["forward_device"] == device_run["grad_device"] == "neuron:0"
-    assert device_run["forward_equal"] and device_run["backward_equal"]
-    # TorchNeuron's autocast lists: matmuls in bf16, softmax in fp32; the same bytes as CPU's bf16 kernels
-    assert (device_run["autocast_dtype"], device_run["autocast_softmax_dtype"]) == ("torch.bfloat16", "torch.float32")
-    assert device_run["autocast_equal"]
-
-
-@needs_compiler
-def test_compiled_graphs_are_counted_as_torchneuron_does_through_aot_autograd(device_run):
-    assert device_run["inference_graphs"] == 1 and device_run["compiled_close"]
-    # AOTAutograd hands the forward at the first call and the backward at the first backward
-    assert (device_run["graphs_after_forward"], device_run["graphs_after_backward"]) == (1, 2)
-    assert [name.rsplit("_", 2)[-2] for name in device_run["metrics"]] == ["forward", "backward"]
-    assert device_run["compiled_grads_close"]
-
-
-@needs_compiler
-def test_symbolic_shapes_are_rejected_and_other_modes_warn_with_torchneurons_words(device_run):
-    for key in ("dynamic_true", "dynamic_none_new_shape"):
-        assert "Dynamic shapes detected in the model, but torch-neuronx requires static shapes" in device_run[key]
-    assert device_run["dynamic_false_new_shape"] is None and device_run["dynamic_false_graphs"] == 2
-    assert device_run["mode_result"] == [2.0, 2.0]
-    assert any("Neuron backend does not support mode='max-autotune', falling back to default mode." in w
-               for w in device_run["mode_warning"])
-
-
-@needs_compiler
-def test_memory_allocated_counts_what_the_allocator_holds(device_run):
-    assert device_run["memory_delta"] == 1 << 20 and device_run["memory_after_free"] == 0
-    assert device_run["accelerator_agrees"] and device_run["peak_at_least"]
-    assert device_run["rng_roundtrip"]
-
-
-LIBRARY_SCRIPT = """
-    import sys, torch
-    r = {"transformers_at_import": "transformers" in sys.modules, "dynamo_at_import": "torch._dynamo" in sys.modules,
-         "standin": getattr(getattr(torch, "neuron", None), "standin", False)}
-    import json, tempfile
+    # The libraries on the stand-in: the page's claims, through the real Transformers and Accelerate code.
     from accelerate.utils import is_neuron_available
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
-    from transformers.utils import is_torch_neuron_available, logging
-    from torch._dynamo.utils import counters
-    import trnlab.standin as standin
-    from trnlab import compat
-    from trnlab.models import BUNDLED_MODEL_DIR
+    from transformers.utils import is_torch_neuron_available, logging as hf_logging
+    from trnlab import _compat
+    from trnlab.models import _BUNDLED_MODEL_DIR
 
-    logging.set_verbosity_error(); logging.disable_progress_bar()
+    hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
+
     r["transformers_sees"], r["accelerate_sees"] = is_torch_neuron_available(), is_neuron_available()
     r["claim1"] = [torch.neuron.is_available(), torch.neuron.device_count()]
-    r["claim3_auto"] = str(AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, device_map="auto").device)
-    model = AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, device_map="neuron", dtype=torch.bfloat16)
+    r["claim3_auto"] = str(AutoModelForCausalLM.from_pretrained(_BUNDLED_MODEL_DIR, device_map="auto").device)
+    model = AutoModelForCausalLM.from_pretrained(_BUNDLED_MODEL_DIR, device_map="neuron", dtype=torch.bfloat16)
     r["claim3_neuron"] = str(model.device)
-    inputs = AutoTokenizer.from_pretrained(BUNDLED_MODEL_DIR)("The capital of France is", return_tensors="pt")
+    inputs = AutoTokenizer.from_pretrained(_BUNDLED_MODEL_DIR)("The capital of France is", return_tensors="pt")
     seen = []
     model.register_forward_pre_hook(lambda m, a, kw: seen.append(str(kw["input_ids"].device)), with_kwargs=True)
     eager = model.generate(**inputs, max_new_tokens=3, do_sample=False)
@@ -193,7 +140,7 @@ LIBRARY_SCRIPT = """
     counters["neuron"].clear()
     static = model.generate(**inputs, max_new_tokens=3, do_sample=False, cache_implementation="static")
     r["claim6_graphs"], r["claim6_same_tokens"] = counters["neuron"]["compiled_graphs"], bool((static == eager).all())
-    r["claim6_backend"] = compat.default_compile_config(model).backend
+    r["claim6_backend"] = _compat.default_compile_config(model).backend
     counters["neuron"].clear()
     model.generate(**inputs, max_new_tokens=3, do_sample=False, cache_implementation="static", disable_compile=True)
     r["claim6_disabled_graphs"] = counters["neuron"]["compiled_graphs"]
@@ -202,9 +149,9 @@ LIBRARY_SCRIPT = """
                              per_device_train_batch_size=2, report_to=[], save_strategy="no", disable_tqdm=True)
     r["claim7_device"], r["claim8_backend"] = str(args.device), args.torch_compile_backend
     ids = torch.arange(8) % 100
-    trainer = Trainer(model=AutoModelForCausalLM.from_pretrained(BUNDLED_MODEL_DIR, device_map="neuron"), args=args,
+    trainer = Trainer(model=AutoModelForCausalLM.from_pretrained(_BUNDLED_MODEL_DIR, device_map="neuron"), args=args,
                       train_dataset=[{"input_ids": ids, "labels": ids}] * 4)
-    r["claim8_dynamic"] = compat.trainer_dynamo_plugin(trainer).dynamic
+    r["claim8_dynamic"] = _compat.trainer_dynamo_plugin(trainer).dynamic
     dtypes, record = set(), standin._record
     def watching(gm):
         dtypes.update(str(n.meta["val"].dtype) for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor))
@@ -220,52 +167,97 @@ LIBRARY_SCRIPT = """
 
 
 @pytest.fixture(scope="module")
-def library_run() -> dict:
-    return run(LIBRARY_SCRIPT, TRNLAB_NEURON_STANDIN="1")
+def standin_run() -> dict:
+    return run(STANDIN_SCRIPT, TRNLAB_NEURON_STANDIN="1")
 
 
 @needs_compiler
-def test_the_setting_starts_it_at_import_torch_without_importing_transformers(library_run):
-    assert library_run["standin"] and library_run["stderr"].count(STANDIN_NOTICE) == 1
-    assert not library_run["transformers_at_import"] and not library_run["dynamo_at_import"]
-    assert library_run["transformers_sees"] and library_run["accelerate_sees"]
+def test_it_builds_once_into_its_cache_and_says_what_it_is(standin_run):
+    assert standin_run["ready"] and standin_run["same_module"]
+    assert standin_run["stderr"].count(STANDIN_NOTICE) == 1  # once: enable() again returns the running one
+    assert NOTICE_SNIPPET in standin_run["repr"] and NOTICE_SNIPPET in standin_run["metrics_note"]
+    assert (standin_run["accelerator"], standin_run["count"], standin_run["available"], standin_run["bf16"]) == \
+        ("neuron", 1, True, True)
+    assert standin_run["torch_neuronx_spec"] and standin_run["torch_neuronx_version"].endswith("+trnlab.standin")
 
 
 @needs_compiler
-def test_claims_1_and_3_device_and_device_maps(library_run):
-    assert library_run["claim1"] == [True, 1]
-    assert (library_run["claim3_auto"], library_run["claim3_neuron"]) == ("cpu", "neuron:0")
+def test_forward_backward_and_bf16_autocast_give_cpu_numbers(standin_run):
+    assert standin_run["forward_device"] == standin_run["grad_device"] == "neuron:0"
+    assert standin_run["forward_equal"] and standin_run["backward_equal"]
+    # TorchNeuron's autocast lists: matmuls in bf16, softmax in fp32; the same bytes as CPU's bf16 kernels
+    assert (standin_run["autocast_dtype"], standin_run["autocast_softmax_dtype"]) == ("torch.bfloat16", "torch.float32")
+    assert standin_run["autocast_equal"]
 
 
 @needs_compiler
-def test_claim_4_generate_moves_only_the_forward_inputs(library_run):
-    assert library_run["claim4_forward_inputs"] == ["neuron:0"] and library_run["claim4_output"] == "cpu"
+def test_compiled_graphs_are_counted_as_torchneuron_does_through_aot_autograd(standin_run):
+    assert standin_run["inference_graphs"] == 1 and standin_run["compiled_close"]
+    # AOTAutograd hands the forward at the first call and the backward at the first backward
+    assert (standin_run["graphs_after_forward"], standin_run["graphs_after_backward"]) == (1, 2)
+    assert [name.rsplit("_", 2)[-2] for name in standin_run["metrics"]] == ["forward", "backward"]
+    assert standin_run["compiled_grads_close"]
 
 
 @needs_compiler
-def test_claim_6_static_cache_auto_compiles_with_backend_neuron(library_run):
-    assert library_run["claim6_backend"] == "neuron" and library_run["claim6_graphs"] == 1
-    assert library_run["claim6_same_tokens"] and library_run["claim6_disabled_graphs"] == 0
+def test_symbolic_shapes_are_rejected_and_other_modes_warn_with_torchneurons_words(standin_run):
+    for key in ("dynamic_true", "dynamic_none_new_shape"):
+        assert "Dynamic shapes detected in the model, but torch-neuronx requires static shapes" in standin_run[key]
+    assert standin_run["dynamic_false_new_shape"] is None and standin_run["dynamic_false_graphs"] == 2
+    assert standin_run["mode_result"] == [2.0, 2.0]
+    assert any("Neuron backend does not support mode='max-autotune', falling back to default mode." in w
+               for w in standin_run["mode_warning"])
 
 
 @needs_compiler
-def test_claims_7_and_8_training_arguments_and_trainer_on_neuron(library_run):
-    assert (library_run["claim7_device"], library_run["claim8_backend"]) == ("neuron:0", "neuron")
-    assert library_run["claim8_dynamic"] is False and library_run["weights_device"] == "neuron:0"
-    assert library_run["train_graphs"] == ["forward", "backward"] and library_run["train_bf16_in_graphs"]
-    assert 0 < library_run["loss"] < 20
+def test_memory_allocated_counts_what_the_allocator_holds(standin_run):
+    assert standin_run["memory_delta"] == 1 << 20 and standin_run["memory_after_free"] == 0
+    assert standin_run["accelerator_agrees"] and standin_run["peak_at_least"]
+    assert standin_run["rng_roundtrip"]
+
+
+@needs_compiler
+def test_the_setting_starts_it_at_import_torch_without_importing_transformers(standin_run):
+    assert standin_run["standin"]
+    assert not standin_run["transformers_at_import"] and not standin_run["dynamo_at_import"]
+    assert standin_run["transformers_sees"] and standin_run["accelerate_sees"]
+
+
+@needs_compiler
+def test_claims_1_and_3_device_and_device_maps(standin_run):
+    assert standin_run["claim1"] == [True, 1]
+    assert (standin_run["claim3_auto"], standin_run["claim3_neuron"]) == ("cpu", "neuron:0")
+
+
+@needs_compiler
+def test_claim_4_generate_moves_only_the_forward_inputs(standin_run):
+    assert standin_run["claim4_forward_inputs"] == ["neuron:0"] and standin_run["claim4_output"] == "cpu"
+
+
+@needs_compiler
+def test_claim_6_static_cache_auto_compiles_with_backend_neuron(standin_run):
+    assert standin_run["claim6_backend"] == "neuron" and standin_run["claim6_graphs"] == 1
+    assert standin_run["claim6_same_tokens"] and standin_run["claim6_disabled_graphs"] == 0
+
+
+@needs_compiler
+def test_claims_7_and_8_training_arguments_and_trainer_on_neuron(standin_run):
+    assert (standin_run["claim7_device"], standin_run["claim8_backend"]) == ("neuron:0", "neuron")
+    assert standin_run["claim8_dynamic"] is False and standin_run["weights_device"] == "neuron:0"
+    assert standin_run["train_graphs"] == ["forward", "backward"] and standin_run["train_bf16_in_graphs"]
+    assert 0 < standin_run["loss"] < 20
 
 
 REFUSAL_SCRIPT = """
+    import trnlab.standin as standin  # first: its own import torch runs the entry point, which starts it at its end
     import json, sys, torch
-    import trnlab.standin as standin
-    from trnlab import compat
-    r = {"autoloaded": hasattr(torch, "neuron"), "name": compat.privateuse1_backend_name()}
+    from trnlab import _compat
+    r = {"autoloaded": hasattr(torch, "neuron"), "name": _compat.privateuse1_backend_name()}
     try:
         standin.enable()
     except standin.NotAvailableError as e:
         r["error"] = str(e)
-    r["after"] = [hasattr(torch, "neuron"), compat.privateuse1_backend_name(), "torch_neuronx" in sys.modules]
+    r["after"] = [hasattr(torch, "neuron"), _compat.privateuse1_backend_name(), "torch_neuronx" in sys.modules]
     print(json.dumps(r))
 """
 
@@ -275,7 +267,8 @@ def test_it_refuses_beside_an_installed_torch_neuronx_and_import_torch_goes_on(t
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.13.3.0\n")
     result = run(REFUSAL_SCRIPT, TRNLAB_NEURON_STANDIN="1", PYTHONPATH=str(tmp_path))
-    assert "torch-neuronx 2.13.3.0 is installed" in result["stderr"] and "Continuing without it" in result["stderr"]
+    assert "torch-neuronx 2.13.3.0 is installed" in result["stderr"]
+    assert result["stderr"].count("Continuing without it") == 1  # warned once, by the start at trnlab.standin's end
     assert "torch-neuronx 2.13.3.0 is installed" in result["error"] and "unset TRNLAB_NEURON_STANDIN" in result["error"]
     assert not result["autoloaded"] and result["after"] == [False, "privateuseone", False]
 

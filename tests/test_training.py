@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from trnlab import compat, plots, training
+from trnlab import _compat, plots, training
 from trnlab.models import load_tokenizer
 
 
@@ -119,11 +119,11 @@ def test_training_arguments_on_neuron(neuron_for_transformers, tmp_path):
 
 
 def test_static_shape_compiles_gives_dynamic_false_off_neuron(tokenizer, packed, tmp_path, monkeypatch):
-    monkeypatch.delenv(compat.ACCELERATE_DYNAMIC_ENV_VAR, raising=False)
+    monkeypatch.delenv(_compat.ACCELERATE_DYNAMIC_ENV_VAR, raising=False)
     collator = training.PaddingCollator(tokenizer.pad_token_id, (16,))
     static = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator)
     assert training.compile_settings(static) == {"backend": "aot_eager", "mode": "default", "dynamic": False}
-    assert compat.ACCELERATE_DYNAMIC_ENV_VAR not in os.environ  # restored after the block
+    assert _compat.ACCELERATE_DYNAMIC_ENV_VAR not in os.environ  # restored after the block
     # Without it, Transformers leaves dynamic=None off Neuron: dynamo would go symbolic after two shapes.
     # (new TrainingArguments for each Trainer: the accelerator state they set up is shared)
     default = page_trainer(tiny_model(tokenizer), page_arguments(tmp_path, backend="aot_eager"), packed, collator,

@@ -1,10 +1,10 @@
-"""Write the API reference, ``docs/api.md``, from ``trnlab.GROUPS`` and the modules' ``__all__``.
+"""Write the API reference, ``docs/api.md``, from ``trnlab._GROUPS`` and the modules' ``__all__``.
 
     python tools/api_reference.py          # rewrite docs/api.md
     python tools/api_reference.py --check  # exit 1 if docs/api.md differs from what it would write
 
 First one table per group of top-level names, one row per name: its name, the first line of its
-docstring (``trnlab.CONSTANTS`` for constants) and its module. Then, for every trnlab module with an
+docstring (``trnlab._CONSTANTS`` for constants) and its module. Then, for every trnlab module with an
 ``__all__``, the public names it defines that are not top level (re-exports are listed where they are
 defined), as ``trnlab.module.name`` with the first line of its docstring (constants: the ``#:``
 comment above them). Modules without an ``__all__`` are named on stderr. tests/test_public_api.py
@@ -34,9 +34,9 @@ the whole docstring. Every module also lists its public names in its own `__all_
 
 
 def summary_line(name: str) -> str:
-    """The first line of the docstring of ``trnlab.<name>`` (constants: ``trnlab.CONSTANTS``)."""
-    if name in trnlab.CONSTANTS:
-        return trnlab.CONSTANTS[name]
+    """The first line of the docstring of ``trnlab.<name>`` (constants: ``trnlab._CONSTANTS``)."""
+    if name in trnlab._CONSTANTS:
+        return trnlab._CONSTANTS[name]
     doc = (getattr(trnlab, name).__doc__ or "").strip()
     return doc.splitlines()[0].strip() if doc else ""
 
@@ -46,8 +46,9 @@ SKIPPED_MODULES = ("trnlab.__main__",)
 
 
 def library_modules() -> list[str]:
-    """Every trnlab module this tool reads, sorted, without :data:`SKIPPED_MODULES`."""
-    names = [info.name for info in pkgutil.walk_packages(trnlab.__path__, "trnlab.")]
+    """Every public trnlab module this tool reads, sorted, without :data:`SKIPPED_MODULES` and private ones."""
+    names = [info.name for info in pkgutil.walk_packages(trnlab.__path__, "trnlab.")
+             if not info.name.rsplit(".", 1)[-1].startswith("_")]
     return sorted(n for n in names if not any(n == s or n.startswith(s + ".") for s in SKIPPED_MODULES))
 
 
@@ -94,7 +95,9 @@ def module_tables() -> list[str]:
             missing.append(name)
             continue
         defined = _definitions(module)
-        rows = [(n, defined[n]) for n in public if n in defined and trnlab._MODULE_OF.get(n) != name[7:]]
+        for n in set(public) - set(defined):  # re-exported from a private module: its docstring
+            defined[n] = _first_sentence(getattr(getattr(module, n), "__doc__", None) or "")
+        rows = [(n, defined[n]) for n in public if trnlab._MODULE_OF.get(n) != name[7:]]
         if not rows:
             continue
         parts += ["", f"**`{name}`**", "", "| name | what it is |", "|---|---|"]
@@ -107,7 +110,7 @@ def module_tables() -> list[str]:
 def api_tables() -> str:
     """The Markdown of docs/api.md: every group's table, then every module's table."""
     parts = [HEADER, "## Top-level names"]
-    for group, names in trnlab.GROUPS.items():
+    for group, names in trnlab._GROUPS.items():
         parts += ["", f"**{group}**", "", "| name | what it is | module |", "|---|---|---|"]
         for name, module in names.items():
             what = summary_line(name).replace("|", "\\|")

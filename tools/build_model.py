@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from trnlab.models import BUNDLED_MODEL_DIR
+from trnlab.models import _BUNDLED_MODEL_DIR
 from trnlab.assets.corpus import EXAMPLE_PROMPT, generate_documents
 
 EOS_TOKEN = "<|endoftext|>"
@@ -90,7 +90,7 @@ def _packed_blocks(tokenizer, texts: list[str], block_length: int) -> torch.Tens
     return torch.tensor(ids[:usable]).view(-1, block_length)
 
 
-def build(output_dir: Path = BUNDLED_MODEL_DIR, recipe: BuildRecipe = FULL, log=print) -> Path:
+def build(output_dir: Path = _BUNDLED_MODEL_DIR, recipe: BuildRecipe = FULL, log=print) -> Path:
     """Build tokenizer and model, train, save to ``output_dir``; return the directory."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -100,7 +100,7 @@ def build(output_dir: Path = BUNDLED_MODEL_DIR, recipe: BuildRecipe = FULL, log=
     if recipe.bundled_tokenizer:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(BUNDLED_MODEL_DIR)
+        tokenizer = AutoTokenizer.from_pretrained(_BUNDLED_MODEL_DIR)
     else:
         tokenizer = train_tokenizer(texts, recipe.vocab_size)
     blocks = _packed_blocks(tokenizer, texts, recipe.block_length)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/build_model.py",
                                      description="Build the course's tiny Qwen3 model, or another small one.")
     parser.add_argument("--output", type=Path, default=None,
-                        help=f"where to save (default: the shipped copy, {BUNDLED_MODEL_DIR}; "
+                        help=f"where to save (default: the shipped copy, {_BUNDLED_MODEL_DIR}; "
                              "required with --quick and --other)")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--quick", action="store_true", help="small, fast build (what the tests run)")
@@ -168,14 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     if output is None:
         if recipe is not FULL:
             parser.error(f"--{'other' if args.other else 'quick'} needs --output DIR: it never replaces the "
-                         f"shipped model in {BUNDLED_MODEL_DIR}")
-        output = BUNDLED_MODEL_DIR  # `make model`: rebuilding the shipped copy is the point
-    elif recipe is not FULL and output.resolve() == BUNDLED_MODEL_DIR.resolve():
+                         f"shipped model in {_BUNDLED_MODEL_DIR}")
+        output = _BUNDLED_MODEL_DIR  # `make model`: rebuilding the shipped copy is the point
+    elif recipe is not FULL and output.resolve() == _BUNDLED_MODEL_DIR.resolve():
         parser.error(f"--output {output} is the shipped model: give another folder")
     elif output.is_file():
         parser.error(f"--output {output} is a file: give a folder")
     elif any((output / name).exists() for name in MODEL_FILES) and not args.overwrite \
-            and output.resolve() != BUNDLED_MODEL_DIR.resolve():
+            and output.resolve() != _BUNDLED_MODEL_DIR.resolve():
         parser.error(f"{output} already holds a model: pass --overwrite to replace it, or give another folder")
     torch.set_num_threads(max(1, torch.get_num_threads()))
     build(output, recipe)

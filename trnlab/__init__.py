@@ -1,5 +1,5 @@
 """trnlab: helpers for the course "Hugging Face Transformers on AWS Trainium".
-Top-level names (grouped in :data:`GROUPS`) are what a notebook calls, imported on first use; each module lists
+Top-level names (grouped in :data:`_GROUPS`) are what a notebook calls, imported on first use; each module lists
 its building blocks in its own ``__all__``, and a leading underscore marks a private name (see docs/api.md)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import importlib
 __version__ = "0.2.0"
 
 #: Public names, grouped as the course teaches them: ``{group: {name: module}}``.
-GROUPS: dict[str, dict[str, str]] = {
+_GROUPS: dict[str, dict[str, str]] = {
     "Set up and check a machine (notebook 01)": {
         "setup": "device", "run_summary": "device", "knob": "settings", "TrnlabError": "settings",
         "SettingError": "settings", "NotAvailableError": "settings",
@@ -50,10 +50,10 @@ GROUPS: dict[str, dict[str, str]] = {
     },
 }
 
-_MODULE_OF = {name: module for group in GROUPS.values() for name, module in group.items()}
+_MODULE_OF = {name: module for group in _GROUPS.values() for name, module in group.items()}
 
 #: What each exported constant is (constants carry no docstring of their own).
-CONSTANTS = {
+_CONSTANTS = {
     "EXAMPLE_PROMPT": "The prompt of the page's example; the course model continues it with a law it learned.",
     "NEW_FACT_PROMPT": "The prompt whose continuation shows what fine-tuning in notebook 04 taught the model.",
 }

@@ -12,7 +12,7 @@ import sys
 from trnlab.launcher import (INSTANCES, _launch_command, _mesh_sizes, _node_processes, launch, multinode_commands,
                              slurm_script, validate_parallel_sizes)
 from trnlab.models import SHIPPED_MODELS
-from trnlab.settings import DEFAULT_INSTANCE, SettingError, whole_number
+from trnlab.settings import _DEFAULT_INSTANCE, SettingError, whole_number
 
 
 def _timeout_arg(text: str) -> float | None:
@@ -38,7 +38,7 @@ def _launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0 (multi-node)")
     parser.add_argument("--rdzv-backend", default="static", choices=["static", "c10d"])
     parser.add_argument("--slurm", action="store_true", help="print a Slurm batch script (implies --dry-run)")
-    parser.add_argument("--instance", default=DEFAULT_INSTANCE,
+    parser.add_argument("--instance", default=_DEFAULT_INSTANCE,
                         help="Trainium instance of every node, for --slurm (trn2/trn3; see python -m trnlab plan)")
     parser.add_argument("--neuron-cores",
                         help="run on these NeuronCores only, one per rank, e.g. 4-7 (on every node with "
@@ -105,7 +105,7 @@ def _plan(argv: list[str] | None = None) -> int:
                     f"Offline for the shipped configs: {', '.join(SHIPPED_MODELS)}.")
     p.add_argument("--model", help="shipped name, local folder, config.json path or hub name (default: $TRNLAB_MODEL "
                                    "or the course's tiny model)")
-    p.add_argument("--instance", default=DEFAULT_INSTANCE, help=f"one of {', '.join(INSTANCES)}")
+    p.add_argument("--instance", default=_DEFAULT_INSTANCE, help=f"one of {', '.join(INSTANCES)}")
     p.add_argument("--train", action="store_true", help="plan training (default: inference)")
     p.add_argument("--batch", type=int, default=1, help="sequences per data-parallel (FSDP) rank")
     p.add_argument("--seq", type=int, help="tokens per sequence (default: 2048, at most the model's "
@@ -153,7 +153,7 @@ def _plan(argv: list[str] | None = None) -> int:
 
 
 #: command words -> its function (remaining argv -> exit code), or "module:function", imported only when it runs.
-COMMANDS = {
+_COMMANDS = {
     ("doctor",): "trnlab.doctor:main",
     ("bench", "generate"): "trnlab.bench:main_generate",
     ("bench", "train"): "trnlab.bench:main_train",
@@ -164,13 +164,13 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    for words, command in sorted(COMMANDS.items(), key=lambda item: -len(item[0])):
+    for words, command in sorted(_COMMANDS.items(), key=lambda item: -len(item[0])):
         if tuple(argv[: len(words)]) == words:
             if isinstance(command, str):
                 module, function = command.split(":")
                 command = getattr(importlib.import_module(module), function)
             return command(argv[len(words):])
-    usage = "\n".join(f"  python -m trnlab {' '.join(words)}" for words in COMMANDS)
+    usage = "\n".join(f"  python -m trnlab {' '.join(words)}" for words in _COMMANDS)
     print(f"usage: one of\n{usage}\n(add --help after a command for its options)", file=sys.stderr)
     return 2
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from transformers import PrinterCallback, Trainer
 
-from trnlab import compat
+from trnlab import _compat
 from trnlab.compile_tracking import (_recompile_limit, corpus_prompts, forget_compiled_graphs, identical_outputs,
                                      run_generation_workload, sample_prompt_lengths)
-from trnlab.device import DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR, package_versions, pick_device
+from trnlab.device import _DEFAULT_NEFF_CACHE, _NEFF_CACHE_VAR, _package_versions, pick_device
 from trnlab.generation import ShapeBuckets, bucket_pad_tokens, choose_buckets, compile_backend, padding_by_bucket_count
 from trnlab.models import load_model, load_tokenizer, model_name
 from trnlab.plots import format_table
@@ -104,7 +104,7 @@ def _run_generate(args, model=None, tokenizer=None, log=print) -> dict:
     settings = {k: v for k, v in vars(args).items() if k not in ("model", "device", "threads", "output")}
     return {
         "settings": settings | {"backend": backend, "neff_cache": _neff_cache_state()},
-        "device": str(device), "model": model.name_or_path, "versions": package_versions(),
+        "device": str(device), "model": model.name_or_path, "versions": _package_versions(),
         "torch_threads": torch.get_num_threads(),
         "workload": {"prompt_lengths": lengths, "distinct_lengths": len(set(lengths)), "buckets": buckets.lengths,
                      "cache_length": buckets.cache_length, "pad_tokens": pads, "prompt_tokens": sum(lengths),
@@ -156,7 +156,7 @@ def _neff_cache_state() -> str:
     """How TorchNeuron's NEFF cache is set for this process: warm by default, or turned off."""
     if os.environ.get(_NEFF_DISABLE_CACHE_VAR, "").lower() in ("1", "true", "yes"):
         return f"off ({_NEFF_DISABLE_CACHE_VAR}=1): every graph compiles cold"
-    return f"on, in {os.environ.get(NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE)}: graphs compiled before are loaded"
+    return f"on, in {os.environ.get(_NEFF_CACHE_VAR, _DEFAULT_NEFF_CACHE)}: graphs compiled before are loaded"
 
 
 def main_generate(argv: list[str] | None = None) -> int:
@@ -241,7 +241,7 @@ def _run_strategies(args, device: torch.device, backend: str | None, tokenizer, 
             model = load_model(args.model, device=device)
             start = time.perf_counter()
             forget_compiled_graphs()  # cold: no graphs, no inductor FX or AOTAutograd cache (the NEFF cache stays)
-            with _recompile_limit(args.recompile_limit), compat.no_compile_caches():
+            with _recompile_limit(args.recompile_limit), _compat.no_compile_caches():
                 limit = getattr(model.config, "max_position_embeddings", None)
                 dataset, collator = strategy_dataset(strategy, tokenizer, texts, args.length, max_positions=limit)
                 # The page's TrainingArguments(..., bf16=..., torch_compile=True, dataloader_drop_last=True), built the
@@ -290,7 +290,7 @@ def main_train(argv: list[str] | None = None) -> int:
         "config": {"model": model_name(args.model), "device": str(device), "backend_requested": backend,
                    **{k: getattr(args, k) for k in ("steps", "batch_size", "length", "texts", "learning_rate",
                                                      "seed", "quick", "strategies")}},
-        "environment": {"versions": package_versions(), "python": platform.python_version(),
+        "environment": {"versions": _package_versions(), "python": platform.python_version(),
                         "torch_threads": torch.get_num_threads(), "dynamo_recompile_limit": args.recompile_limit,
                         **settings},
         "definitions": _DEFINITIONS, "results": results, "targets": targets,

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from trnlab import compat
+from trnlab import _compat
 from trnlab.assets.corpus import generate_documents
 from trnlab.generation import ShapeBuckets, _generate_compile_kwargs, _lengths, _prompt_token_ids, bucketed_generate
 from trnlab.settings import SettingError
@@ -32,27 +32,27 @@ def _steady_median(seconds) -> float | None:
 
 def _graphs_compiled() -> int:
     """Graphs dynamo has compiled in this process so far (all backends)."""
-    return compat.dynamo_unique_graphs()
+    return _compat.dynamo_unique_graphs()
 
 
 def _counters() -> tuple[int, float, int]:
     """Graphs, compile seconds and recompile-limit hits so far (past the limit a function runs eagerly, uncounted)."""
-    return _graphs_compiled(), compat.dynamo_compile_seconds(), compat.dynamo_recompile_limit_hits()
+    return _graphs_compiled(), _compat.dynamo_compile_seconds(), _compat.dynamo_recompile_limit_hits()
 
 
 def forget_compiled_graphs(model=None) -> None:
     """Forget every graph compiled in this process, and with ``model`` the compiled forward and cache length kept on it.
     On Trainium the NEFF cache on disk still holds them (``TORCH_NEURONX_NEFF_DISABLE_CACHE=1``, in a new process)."""
-    compat.dynamo_reset()
+    _compat.dynamo_reset()
     if model is not None:
-        compat.forget_generate_state(model)
+        _compat.forget_generate_state(model)
 
 
 @contextlib.contextmanager
 def recompile_log():
     """Collect dynamo's recompile messages inside the block (why each graph compiled again), paths shortened.
     Turn the log on first with ``torch._logging.set_logs(recompiles=True)``, else the list stays empty (a warning)."""
-    logger = compat.dynamo_recompiles_logger()
+    logger = _compat.dynamo_recompiles_logger()
     if not logger.isEnabledFor(logging.DEBUG):
         warnings.warn("dynamo's recompile log is off, so nothing will be collected: call "
                       "torch._logging.set_logs(recompiles=True) first", UserWarning, stacklevel=3)
@@ -75,7 +75,7 @@ def _shorten_paths(text: str) -> str:
 
 def _recompile_limit(limit: int | None):
     """Raise dynamo's limit of graphs per function (8) inside the block, so every shape counts; ``None``: no change."""
-    return contextlib.nullcontext() if limit is None else compat.dynamo_recompile_limit(limit)
+    return contextlib.nullcontext() if limit is None else _compat.dynamo_recompile_limit(limit)
 
 
 @dataclass
@@ -135,12 +135,12 @@ class CompileTracker:
         if not self._open:
             raise RuntimeError("CompileTracker.call() works only inside the tracker's with block: "
                                "`with CompileTracker() as tracker: with tracker.call(...): ...`")
-        graphs, seconds, start = _graphs_compiled(), compat.dynamo_compile_seconds(), time.perf_counter()
+        graphs, seconds, start = _graphs_compiled(), _compat.dynamo_compile_seconds(), time.perf_counter()
         try:
             yield
         finally:
             self.calls.append(_CallRecord(label, time.perf_counter() - start, _graphs_compiled() - graphs,
-                                          compat.dynamo_compile_seconds() - seconds))
+                                          _compat.dynamo_compile_seconds() - seconds))
 
     def summary(self) -> dict:
         """The block's figures: graphs, compile seconds, calls, the first call's and the steady calls' median time."""
@@ -293,7 +293,7 @@ def run_generation_workload(model, prompts, max_new_tokens: int, *, tokenizer=No
             result.requests.append(_RequestRecord(
                 **vars(tracker.calls[-1]), prompt_length=len(ids), new_tokens=output[0, len(ids):].tolist(),
                 padded_length=len(ids) if buckets is None else buckets.bucket_for(len(ids)),
-                cache_length=compat.generate_cache_length(model)))  # the largest so far, kept on the model
+                cache_length=_compat.generate_cache_length(model)))  # the largest so far, kept on the model
     return result
 
 

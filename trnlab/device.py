@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from trnlab import __version__, compat
+from trnlab import __version__, _compat
 from trnlab.rank_cores import _visible_cores_setting
 from trnlab.settings import _DEVICE_CHOICES, NotAvailableError, _check, _read_settings
 
@@ -24,11 +24,11 @@ __all__ = ["setup", "run_summary", "detect_backend", "pick_device", "resolve_dty
            "format_accelerator_memory", "core_holders_notice"]
 
 #: Device types trnlab knows, in the order :func:`detect_backend` tries them.
-BACKENDS = _DEVICE_CHOICES
+_BACKENDS = _DEVICE_CHOICES
 #: Environment variable naming torch-neuronx's compiled-graph (NEFF) cache folder.
-NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
-#: The NEFF cache folder when :data:`NEFF_CACHE_VAR` is unset.
-DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
+_NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+#: The NEFF cache folder when :data:`_NEFF_CACHE_VAR` is unset.
+_DEFAULT_NEFF_CACHE = "/tmp/neff_cache"
 
 #: What to install for each device type, by backend name (in messages).
 _INSTALL_HINTS = {
@@ -48,7 +48,7 @@ _INSTALL_HINTS = {
 }
 
 
-def neuron_module():
+def _neuron_module():
     """``torch.neuron`` (TorchNeuron registers it as torch loads; else ``import torch_neuronx`` does), or ``None``."""
     if getattr(torch, "neuron", None) is None:
         with contextlib.suppress(ImportError):
@@ -65,16 +65,16 @@ def _current_accelerator() -> str | None:
     return found.type if found is not None else None
 
 
-def backend_available(backend: str) -> bool:
+def _backend_available(backend: str) -> bool:
     """True when ``backend`` ("neuron", "cuda" or "cpu") has at least one device here."""
     if backend == "cpu":
         return True
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(_BACKENDS)}")
     if _current_accelerator() == backend:
         return True
     if backend == "neuron":
-        module = neuron_module()
+        module = _neuron_module()
         return bool(module is not None and module.is_available())
     return torch.cuda.is_available()
 
@@ -82,36 +82,36 @@ def backend_available(backend: str) -> bool:
 def detect_backend() -> str:
     """The best backend this process can use: ``"neuron"``, ``"cuda"`` or ``"cpu"`` (``torch.accelerator`` first)."""
     accelerator = _current_accelerator()
-    if accelerator in BACKENDS:
+    if accelerator in _BACKENDS:
         return accelerator
-    return next(b for b in BACKENDS if backend_available(b))
+    return next(b for b in _BACKENDS if _backend_available(b))
 
 
 def device_count(backend: str | None = None) -> int:
     """How many devices of ``backend`` (default: the detected one) this process sees."""
     backend = backend or detect_backend()
-    if not backend_available(backend):
+    if not _backend_available(backend):
         return 0
     if _current_accelerator() == backend:
         return int(torch.accelerator.device_count())
     if backend == "neuron":
-        return int(neuron_module().device_count())
+        return int(_neuron_module().device_count())
     return torch.cuda.device_count() if backend == "cuda" else 1
 
 
-def bf16_supported(backend: str | None = None) -> bool:
+def _bf16_supported(backend: str | None = None) -> bool:
     """Whether ``backend`` computes in bfloat16 natively (every Trainium generation does)."""
     backend = backend or detect_backend()
-    if not backend_available(backend):
+    if not _backend_available(backend):
         return False
     if backend == "neuron":
-        check = getattr(neuron_module(), "is_bf16_supported", None)
+        check = getattr(_neuron_module(), "is_bf16_supported", None)
         return bool(check()) if check is not None else True
     # The course counts no CPU as native: it trains there in the dtype the weights were loaded in.
     return backend == "cuda" and torch.cuda.is_bf16_supported()
 
 
-def package_versions() -> dict[str, str | None]:
+def _package_versions() -> dict[str, str | None]:
     """Installed versions of the packages the course depends on (``None``: not installed)."""
     versions = {}
     for name in ("torch", "transformers", "accelerate", "torch-neuronx"):
@@ -125,7 +125,7 @@ def package_versions() -> dict[str, str | None]:
     return {**versions, "trnlab": __version__}
 
 
-def neuron_ls_output(timeout: float = 20.0) -> str | None:
+def _neuron_ls_output(timeout: float = 20.0) -> str | None:
     """The output of ``neuron-ls`` where that program exists, else ``None``."""
     program = shutil.which("neuron-ls")
     if program is None:
@@ -137,7 +137,7 @@ def neuron_ls_output(timeout: float = 20.0) -> str | None:
     return (done.stdout + done.stderr).strip()
 
 
-def neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+def _neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...] = ()) -> list[tuple[int, str]]:
     """``(pid, command)`` of each process ``neuron-ls`` lists as holding a Neuron device, but ``ignore_pids``."""
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
             for line in (neuron_ls_text or "").splitlines() if line.strip().startswith("|")]
@@ -150,8 +150,8 @@ def neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...]
             if len(row) == len(header) and row[pid_at].isdigit() and int(row[pid_at]) not in ignore_pids]
 
 
-def format_core_holders(holders: list[tuple[int, str]]) -> str:
-    """``"PID 4242 (python -m ipykernel_launcher); PID ..."``: :func:`neuron_core_holders` for a message."""
+def _format_core_holders(holders: list[tuple[int, str]]) -> str:
+    """``"PID 4242 (python -m ipykernel_launcher); PID ..."``: :func:`_neuron_core_holders` for a message."""
     return "; ".join(f"PID {pid} ({command or 'unknown command'})" for pid, command in holders)
 
 
@@ -164,17 +164,17 @@ def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) 
         if verbose and backend != "neuron":
             reasons = {"neuron": "no neuron device (TorchNeuron is not installed here: it runs on trn2/trn3)",
                        "cuda": "no CUDA GPU"}
-            print(f"Using {backend}: " + "; ".join(reasons[b] for b in BACKENDS[: BACKENDS.index(backend)]) + ".")
+            print(f"Using {backend}: " + "; ".join(reasons[b] for b in _BACKENDS[: _BACKENDS.index(backend)]) + ".")
         elif verbose:
-            standin = getattr(neuron_module(), "standin", False)  # trnlab's stand-in says what it is
+            standin = getattr(_neuron_module(), "standin", False)  # trnlab's stand-in says what it is
             print(f"Using neuron: {device_count('neuron')} NeuronCore(s) visible" +
-                  (f" ({neuron_module().__doc__})." if standin else "."))
+                  (f" ({_neuron_module().__doc__})." if standin else "."))
         return torch.device(backend, 0) if backend != "cpu" else torch.device("cpu")
     backend, _, index = prefer.partition(":")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown device {prefer!r}: use 'auto' or one of {', '.join(BACKENDS)}, "
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown device {prefer!r}: use 'auto' or one of {', '.join(_BACKENDS)}, "
                          "optionally with an index (e.g. 'neuron:3')")
-    if not backend_available(backend):
+    if not _backend_available(backend):
         raise NotAvailableError(f"{backend} was requested but is not available. {_INSTALL_HINTS[backend]}")
     count = device_count(backend)
     if index and (not index.isdigit() or int(index) >= count):
@@ -190,7 +190,7 @@ def resolve_dtype(dtype: torch.dtype | str | None = None, device: torch.device |
         return dtype
     name = _read_settings().dtype if dtype is None else _check("dtype", dtype)
     if name == "auto":
-        return torch.bfloat16 if bf16_supported(torch.device(device).type) else torch.float32
+        return torch.bfloat16 if _bf16_supported(torch.device(device).type) else torch.float32
     return getattr(torch, name)
 
 
@@ -208,7 +208,7 @@ def resolve_device_map(device_map="auto", backend: str | None = None):
             return "neuron"
         return "auto" if backend == "cuda" else "cpu"
     requested = device_map.split(":")[0]
-    if requested in ("neuron", "cuda") and requested != backend and not backend_available(requested):
+    if requested in ("neuron", "cuda") and requested != backend and not _backend_available(requested):
         raise NotAvailableError(f"device_map={device_map!r} but {requested} is not available. "
                                 f"{_INSTALL_HINTS[requested]}")
     return device_map
@@ -248,7 +248,7 @@ def format_accelerator_memory(device: torch.device | str) -> str:
 
 
 #: How to release NeuronCores, said wherever a process is found holding them.
-RELEASE_CORES_HINT = (
+_RELEASE_CORES_HINT = (
     "a process, a notebook kernel too, keeps every NeuronCore it sees until it exits, and the next one "
     "then fails with \"Neuron runtime cannot be initialized\". Release them: shut that notebook's kernel "
     "down (Kernel > Shut Down Kernel) or end the process (`kill <PID>`); or run two notebooks at once on "
@@ -268,14 +268,14 @@ def core_holders_notice(neuron_ls_text: str | None, backend: str | None = None,
                 "setup() cannot tell which process holds them. A notebook kernel keeps every core it sees "
                 "until it shuts down: shut down other notebooks' kernels before this one runs.")
     own = os.getpid() if own_pid is None else own_pid
-    holders = neuron_core_holders(neuron_ls_text, ignore_pids=(own,))
+    holders = _neuron_core_holders(neuron_ls_text, ignore_pids=(own,))
     sees = (f"this kernel (PID {own}) sees NeuronCores {visible} (NEURON_RT_VISIBLE_CORES)" if visible else
             f"this kernel (PID {own}) will claim every NeuronCore at its first neuron operation")
     if not holders:
         return (f"NeuronCores: no other process holds one (neuron-ls); {sees}. Shut this kernel down when "
                 "you are done, so that the next notebook can have them.")
-    return (f"NeuronCores: held by {format_core_holders(holders)} (neuron-ls); {sees}. "
-            f"{RELEASE_CORES_HINT[0].upper() + RELEASE_CORES_HINT[1:]}.")
+    return (f"NeuronCores: held by {_format_core_holders(holders)} (neuron-ls); {sees}. "
+            f"{_RELEASE_CORES_HINT[0].upper() + _RELEASE_CORES_HINT[1:]}.")
 
 
 # What setup() saw when it ran: run_summary() reports the difference.
@@ -294,14 +294,14 @@ def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = No
     current = _read_settings()
     random.seed(seed)
     torch.manual_seed(seed)
-    print(", ".join(f"{name} {version}" for name, version in package_versions().items() if version))
+    print(", ".join(f"{name} {version}" for name, version in _package_versions().items() if version))
     chosen = pick_device(device if device is not None else current.device)
     threads = current.cpu_threads if cpu_threads is None else cpu_threads
     if chosen.type == "cpu" and threads:
         torch.set_num_threads(threads)
-    print(core_holders_notice(neuron_ls_output(), backend=chosen.type))
+    print(core_holders_notice(_neuron_ls_output(), backend=chosen.type))
     print(f"device: {chosen}")
-    _run.update(start=time.perf_counter(), graphs=compat.dynamo_unique_graphs(), neffs=len(_neffs() or []),
+    _run.update(start=time.perf_counter(), graphs=_compat.dynamo_unique_graphs(), neffs=len(_neffs() or []),
                 device=str(chosen))
     return chosen
 
@@ -312,7 +312,7 @@ def run_summary() -> str:
     if not _run:
         raise RuntimeError("trnlab.run_summary() reports what ran since trnlab.setup(): call "
                            "trnlab.setup() at the top of the notebook first.")
-    graphs = compat.dynamo_unique_graphs() - _run["graphs"]
+    graphs = _compat.dynamo_unique_graphs() - _run["graphs"]
     seconds = time.perf_counter() - _run["start"]
     lines = [f"this notebook compiled {graphs} graph(s) in {seconds:.0f} s on {_run['device']}",
              "on a trn2: each graph is a neuronx-cc compilation to a NEFF (a training graph two, forward and "

@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trnlab import compat, models
+from trnlab import _compat, models
+from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a rank script calls them
 from trnlab.rank_cores import _format_core_list
-from trnlab.settings import SettingError, progress_bars
+from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["batch_loss", "global_batches", "greedy_text", "pad_vocabulary", "quiet_rank_output", "rank_report",
+__all__ = ["batch_loss", "cpu_mesh_as_multi_device", "is_parallelism_refusal", "global_batches", "greedy_text", "pad_vocabulary", "quiet_rank_output", "rank_report",
            "read_run", "reshard", "save_sharded", "train_single_process", "write_json"]
 
 
@@ -35,7 +36,7 @@ def _check_output_folder(output_dir: Path, overwrite: bool) -> None:
     if output_dir.exists() and not output_dir.is_dir():
         raise FileExistsError(f"{str(output_dir)!r} is a file, not a folder: pass a new folder for the padded "
                               "model (save_pretrained writes config.json, the weights and the tokenizer there)")
-    if output_dir.exists() and models.is_bundled(output_dir):
+    if output_dir.exists() and models._is_bundled(output_dir):
         raise FileExistsError(f"{str(output_dir)!r} is the course's bundled model: pass a new folder for the "
                               "padded copy (the bundled one is never overwritten)")
     if output_dir.is_dir() and not overwrite and any(output_dir.iterdir()):
@@ -49,9 +50,7 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
     """A copy of model ``name`` whose vocabulary is padded up to a multiple of ``multiple``; returns its folder.
     Uneven vocabulary shards of tied embeddings make sharded training silently diverge (Transformers 5.24, FSDP2).
     Returns ``name`` when it divides already; refuses a non-empty ``output_dir`` unless ``overwrite=True``."""
-    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-        raise SettingError(f"multiple must be a positive whole number of rows (e.g. 64, or any multiple of "
-                           f"tp_size * fsdp_size), not {multiple!r}: the vocabulary is only ever padded, never cut")
+    whole_number("multiple", multiple)  # rows: e.g. 64, or any multiple of tp_size * fsdp_size
     name = models.model_name(name)
     vocab = models.load_config(name).vocab_size
     if vocab % multiple == 0:
@@ -77,7 +76,7 @@ def pad_vocabulary(name, output_dir, multiple: int = 64, seed: int = 0, overwrit
 def _mesh_position(model) -> dict:
     """This rank's place: ``rank``, ``world_size``, ``fsdp`` and ``tp`` coordinates (and the mesh's sizes).
     The ``fsdp`` coordinate is the data-parallel rank: ranks that share it must see the same batch."""
-    mesh = compat.model_device_mesh(model)
+    mesh = _compat.model_device_mesh(model)
     if mesh is None:
         raise SettingError("this model is not sharded: load it under torchrun with from_pretrained(..., "
                            "distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))")
@@ -104,7 +103,7 @@ def _held_indices(param) -> tuple[str, str]:
     """Rows and columns of the full weight that this rank's shard is (all ranks call together).
     Worked out from the placements, then checked against the gathered full weight ("?" if they differ)."""
     from torch.distributed.tensor import Shard
-    _StridedShard = compat.strided_shard_class()
+    _StridedShard = _compat.strided_shard_class()
     mesh = param.device_mesh
     coordinate = mesh.get_coordinate()
     held = [list(range(n)) for n in param.shape]

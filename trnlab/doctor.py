@@ -16,14 +16,14 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from trnlab.device import (BACKENDS, DEFAULT_NEFF_CACHE, NEFF_CACHE_VAR, RELEASE_CORES_HINT, backend_available,
-                           bf16_supported, device_count, format_core_holders, neuron_core_holders, neuron_ls_output,
-                           package_versions, pick_device)
-from trnlab.models import BUNDLED_MODEL_DIR, MODEL_ENV_VAR, is_bundled, missing_model_files, model_name
+from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT, _backend_available,
+                           _bf16_supported, device_count, _format_core_holders, _neuron_core_holders, _neuron_ls_output,
+                           _package_versions, pick_device)
+from trnlab.models import _BUNDLED_MODEL_DIR, _MODEL_ENV_VAR, _is_bundled, _missing_model_files, model_name
 from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR
-from trnlab.settings import DEVICE_ENV_VAR, NotAvailableError, SettingError, read_setting, setting_problems
+from trnlab.settings import _DEVICE_ENV_VAR, NotAvailableError, SettingError, _read_setting, _setting_problems
 
-__all__ = ["device_report", "run_checks", "show_report"]
+__all__ = ["DeviceReport", "device_report", "run_checks", "show_report"]
 
 
 @dataclass
@@ -47,40 +47,40 @@ def _version_check(package: str, installed: str | None) -> _Check:
 
 
 def _model_check() -> _Check:
-    # read_setting, not read_settings: a bad TRNLAB_DTYPE must not hide the model's own state.
-    name = model_name(read_setting(MODEL_ENV_VAR) or BUNDLED_MODEL_DIR)
+    # _read_setting, not read_settings: a bad TRNLAB_DTYPE must not hide the model's own state.
+    name = model_name(_read_setting(_MODEL_ENV_VAR) or _BUNDLED_MODEL_DIR)
     path = Path(name)
     if path.is_dir():
-        missing = missing_model_files(path, "model") + missing_model_files(path, "tokenizer")
+        missing = _missing_model_files(path, "model") + _missing_model_files(path, "tokenizer")
         if missing:
             return _Check("model", False, f"{name} lacks {', '.join(missing)}: rebuild with "
                           "`make model` (python tools/build_model.py) or point TRNLAB_MODEL at a full model folder")
         # The bundled model's folder is a path of this machine: name it the same way everywhere.
-        shown = "the bundled tiny Qwen3 (trnlab/assets/tiny-qwen3)" if is_bundled(name) else name
+        shown = "the bundled tiny Qwen3 (trnlab/assets/tiny-qwen3)" if _is_bundled(name) else name
         return _Check("model", True, f"{shown} (local folder)")
-    if is_bundled(name) or path.is_absolute() or name.startswith("."):
+    if _is_bundled(name) or path.is_absolute() or name.startswith("."):
         return _Check("model", False, f"no model folder at {name}: " + (
-            "build the course model with `make model` (python tools/build_model.py)" if is_bundled(name)
-            else f"fix {MODEL_ENV_VAR} or unset it to use the bundled model"))
+            "build the course model with `make model` (python tools/build_model.py)" if _is_bundled(name)
+            else f"fix {_MODEL_ENV_VAR} or unset it to use the bundled model"))
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(name, "config.json")
     if isinstance(cached, str):
         return _Check("model", True, f"{name} (in the Hugging Face cache)")
-    return _Check("model", False, f"{MODEL_ENV_VAR}={name} is neither a local folder nor in the "
-                  f"Hugging Face cache: pre-download it (`hf download {name}`) or unset {MODEL_ENV_VAR}")
+    return _Check("model", False, f"{_MODEL_ENV_VAR}={name} is neither a local folder nor in the "
+                  f"Hugging Face cache: pre-download it (`hf download {name}`) or unset {_MODEL_ENV_VAR}")
 
 
 def _device_check(report: DeviceReport) -> _Check | None:
     try:
-        requested = read_setting(DEVICE_ENV_VAR)
+        requested = _read_setting(_DEVICE_ENV_VAR)
     except SettingError:
         return None  # reported by the settings check, with the valid forms
     try:
         device = pick_device(requested, verbose=False)
     except (NotAvailableError, ValueError) as exc:
-        return _Check("device", False, f"{DEVICE_ENV_VAR}={requested}: {exc}")
-    return _Check("device", True, f"{device} ({DEVICE_ENV_VAR}={requested}; "
+        return _Check("device", False, f"{_DEVICE_ENV_VAR}={requested}: {exc}")
+    return _Check("device", True, f"{device} ({_DEVICE_ENV_VAR}={requested}; "
                   f"{report.device_count} {report.backend} device(s))")
 
 
@@ -88,17 +88,17 @@ def _cores_check(report: DeviceReport) -> _Check | None:
     """On Trainium: fail when another process holds NeuronCores (``neuron-ls``'s PID column)."""
     if report.neuron_ls is None:
         return None
-    holders = neuron_core_holders(report.neuron_ls, ignore_pids=(os.getpid(), os.getppid()))
+    holders = _neuron_core_holders(report.neuron_ls, ignore_pids=(os.getpid(), os.getppid()))
     if not holders:
         return _Check("neuron cores", True, "no other process holds a NeuronCore")
-    return _Check("neuron cores", False, f"held by {format_core_holders(holders)}: {RELEASE_CORES_HINT}")
+    return _Check("neuron cores", False, f"held by {_format_core_holders(holders)}: {_RELEASE_CORES_HINT}")
 
 
 _NATIVE_VENV = "/opt/aws_neuronx_venv_torch_neuronx_2_14_0"  # the 2.33 DLAMI's TorchNeuron venv
 _ACTIVATE = (f"activate TorchNeuron's venv: `source {_NATIVE_VENV}/bin/activate` (the DLAMI "
              "\"Deep Learning AMI Neuron torch-neuronx 2.14.0\")")
 _LNC_VAR = "NEURON_LOGICAL_NC_CONFIG"
-_CACHE_DIRS = {"NEFF cache": (NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE),
+_CACHE_DIRS = {"NEFF cache": (_NEFF_CACHE_VAR, _DEFAULT_NEFF_CACHE),
                "debug folder": ("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend")}
 _MIN_FREE_GIB = 20  # trnlab's own threshold, not a Neuron figure (AWS asks for a 512 GB root volume)
 
@@ -124,18 +124,25 @@ class _Machine:
 
     @classmethod
     def gather(cls, report: DeviceReport) -> "_Machine":
-        found = {re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(): d.version
-                 for d in importlib.metadata.distributions()}
+        found = {name: _installed(name) for name in ("torch", "torch-neuronx", "torch-xla", "neuronx-cc")}
         disk = {}
         for label, (variable, default) in _CACHE_DIRS.items():
             folder = Path(os.environ.get(variable) or default)
             at = next(p for p in (folder, *folder.parents) if os.path.exists(p))
             disk[label] = (str(folder), str(at), shutil.disk_usage(at).free, shutil.disk_usage(at).total)
-        found["neuronx-cc"] = found.get("neuronx-cc") or ("on PATH" if shutil.which("neuronx-cc") else None)
+        found["neuronx-cc"] = found["neuronx-cc"] or ("on PATH" if shutil.which("neuronx-cc") else None)
         release = Path("/etc/os-release")
-        return cls({n: found.get(n) for n in ("torch", "torch-neuronx", "torch-xla", "neuronx-cc")}, dict(os.environ),
+        return cls(found, dict(os.environ),
                    sys.prefix, release.read_text() if release.is_file() else "", any(Path("/dev").glob("neuron*")),
                    disk, report.device_count if report.backend == "neuron" else 0)
+
+
+def _installed(name: str) -> str | None:
+    """The installed distribution's version, None if absent (the stand-in's ``torch_neuronx`` module is none)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _native(version: str | None) -> bool:
@@ -229,7 +236,7 @@ def run_checks(report: DeviceReport, machine: _Machine | None = None) -> list[_C
     """The checks that decide the exit status of ``doctor``."""
     machine = machine or _Machine.gather(report)
     checks = [
-        *(_Check(variable, False, message) for variable, message in setting_problems().items()),  # TRNLAB_*
+        *(_Check(variable, False, message) for variable, message in _setting_problems().items()),  # TRNLAB_*
         _device_check(report),
         _version_check("transformers", report.versions.get("transformers")),
         _version_check("accelerate", report.versions.get("accelerate")),
@@ -251,7 +258,7 @@ def _human_bytes(n: int) -> str:
 def _format_report(report: DeviceReport, checks: list[_Check]) -> str:
     """The report and checks as a plain-text table."""
     rows = [("backend", report.backend), ("devices", str(report.device_count)),
-            ("bf16 native", "yes" if report.bf16_supported else "no"),
+            ("bf16 native", "yes" if report._bf16_supported else "no"),
             ("available", ", ".join(f"{b}={'yes' if ok else 'no'}" for b, ok in report.available.items()))]
     rows += [(name, version or "not installed") for name, version in report.versions.items()]
     rows += [(name, value if value is not None else "(unset)") for name, value in report.neuron_env.items()]
@@ -294,9 +301,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # The device report: what this machine has (doctor's table; notebook 01 through show_report)
 
-def neff_cache_summary(path: str | os.PathLike | None = None) -> dict:
+def _neff_cache_summary(path: str | os.PathLike | None = None) -> dict:
     """Where compiled Neuron graphs (NEFFs) are cached, and how many files and bytes are there."""
-    path = Path(path or os.environ.get(NEFF_CACHE_VAR, DEFAULT_NEFF_CACHE))
+    path = Path(path or os.environ.get(_NEFF_CACHE_VAR, _DEFAULT_NEFF_CACHE))
     files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
     return {"path": str(path), "exists": path.is_dir(), "files": len(files),
             "bytes": sum(p.stat().st_size for p in files)}
@@ -308,7 +315,7 @@ class DeviceReport:
 
     backend: str
     device_count: int
-    bf16_supported: bool
+    _bf16_supported: bool
     available: dict[str, bool]
     versions: dict[str, str | None]
     neuron_env: dict[str, str | None]
@@ -319,13 +326,13 @@ class DeviceReport:
 
 def device_report() -> DeviceReport:
     """Detect the backend and collect versions, Neuron variables, cache and ``neuron-ls``."""
-    available = {b: backend_available(b) for b in BACKENDS}
-    backend = next(b for b in BACKENDS if available[b])
+    available = {b: _backend_available(b) for b in _BACKENDS}
+    backend = next(b for b in _BACKENDS if available[b])
     notes = []
     if backend != "neuron":
         notes.append("No Neuron device: torch.neuron is absent, so the course runs for real on "
                      f"{backend} (torch.compile stands in for the neuron compiler).")
     # The Neuron runtime and compiler variables that change what a process sees or builds.
     neuron_env = {name: os.environ.get(name) for name in (VISIBLE_CORES_VAR, "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")}
-    return DeviceReport(backend, device_count(backend), bf16_supported(backend), available, package_versions(),
-                        neuron_env, neff_cache_summary(), neuron_ls_output(), notes)
+    return DeviceReport(backend, device_count(backend), _bf16_supported(backend), available, _package_versions(),
+                        neuron_env, _neff_cache_summary(), _neuron_ls_output(), notes)

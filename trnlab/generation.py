@@ -1,5 +1,5 @@
 """Generation on an explicit device, and through shape buckets: a few fixed prompt lengths, so a few graphs compile.
-Prompts are text (a string or a list of strings) or token-id lists; on Trainium each new shape compiles a graph."""
+Prompts are a list of strings or a list of token-id lists; on Trainium each new shape compiles a graph."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import torch
 
-from trnlab import compat
+from trnlab import _compat
 from trnlab.settings import SettingError, environment
 
 __all__ = [
@@ -24,12 +24,14 @@ __all__ = [
     "moved_to_model_device", "padding_by_bucket_count", "record_forward_inputs", "show_padding", "tokenize_batch",
 ]
 
-_FORMS = "a string, a list of strings, or token ids (a list of id lists, e.g. [[9707, 11]])"
+_FORMS = "a list of strings or a list of token-id lists (e.g. [[9707, 11]])"
 
 
 def _prompt_token_ids(prompts, tokenizer=None) -> list[list[int]]:
-    """Each prompt's token ids; ``prompts`` is text (a string or a list of them) or a list of token-id lists."""
-    prompts = [prompts] if isinstance(prompts, str) else prompts
+    """Each prompt's token ids; ``prompts`` is a list of strings or a list of token-id lists."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts is one string, not a list: pass [prompt] for one prompt (prompts are a list of "
+                        "strings or a list of token-id lists)")
     if not isinstance(prompts, (list, tuple)):
         got = "a tokenized batch (call model.generate(**batch) directly)" if isinstance(prompts, dict) else prompts
         raise TypeError(f"prompts must be {_FORMS}; got {got!s:.60}")
@@ -186,7 +188,7 @@ def generation_compile_config(device: torch.device | str, backend: str | None = 
     if chosen == "neuron":
         return None
     config = CompileConfig(backend=chosen, dynamic=False, mode="default")
-    compat.compile_on_every_device(config)
+    _compat.compile_on_every_device(config)
     return config
 
 
@@ -218,7 +220,7 @@ def _will_auto_compile(model, **generate_kwargs) -> bool:
         return False
     # Transformers sets TOKENIZERS_PARALLELISM=0 when it will compile; only generate() itself should.
     with environment(TOKENIZERS_PARALLELISM=os.environ.get("TOKENIZERS_PARALLELISM")):
-        return compat.valid_auto_compile_criteria(model, {"cache": cache}, config)
+        return _compat.valid_auto_compile_criteria(model, {"cache": cache}, config)
 
 
 def _static_cache_notice(model, **generate_kwargs) -> str | None:
@@ -373,7 +375,7 @@ def bucketed_generate(model, prompts, *, buckets: ShapeBuckets, tokenizer=None, 
         warnings.warn(f"prompt of {length} tokens truncated to its last {buckets.longest} tokens "
                       "(the longest bucket)", UserWarning, stacklevel=2)
         ids, length = [row[-buckets.longest:] for row in ids], buckets.longest
-    if compile_prefill and compat.attention_implementation(model) == "sdpa":
+    if compile_prefill and _compat.attention_implementation(model) == "sdpa":
         warnings.warn("with SDPA attention an unpadded prompt passes no mask, a padded one does: two prefill graphs "
                       "per bucket. Load the model with attn_implementation='eager' for one.", UserWarning, stacklevel=2)
     batch = _pad_token_lists(ids, pad_token_id, "left", buckets.bucket_for(length))

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import psutil
 
-from trnlab.device import (backend_available, core_holders_notice, detect_backend, device_count, neuron_core_holders,
-                           neuron_ls_output, neuron_module)
-from trnlab.models import load_config, text_config
+from trnlab.device import (_backend_available, core_holders_notice, detect_backend, device_count, _neuron_core_holders,
+                           _neuron_ls_output, _neuron_module)
+from trnlab.models import load_config, _text_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
-from trnlab.settings import DEFAULT_INSTANCE, LaunchError, PlanError, SettingError, whole_number
+from trnlab.settings import _DEFAULT_INSTANCE, LaunchError, PlanError, SettingError, whole_number
 
 __all__ = ["GiB", "INSTANCES", "get_instance", "validate_parallel_sizes", "plan_processes", "torchrun_command",
-           "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes", "LaunchResult"]
+           "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes", "LaunchResult", "ProcessPlan"]
 
 # Instances: the Trainium machines the planner and the launcher know, from the Neuron docs
 #: Bytes in one gibibyte (2**30): every GiB figure of the instance table and the planner.
@@ -121,7 +121,7 @@ def _divisors(n: int) -> list[int]:
 
 def _tp_dimensions(config) -> dict[str, int]:
     """The widths of ``config`` that tensor parallelism splits: ``{"num_attention_heads": 32, ...}``."""
-    text = text_config(config)
+    text = _text_config(config)
     return {attr: getattr(text, attr) for attr, _ in _TP_DIMENSIONS if isinstance(getattr(text, attr, None), int)}
 
 
@@ -159,7 +159,7 @@ def _mesh_sizes(tp_size, fsdp_size) -> tuple[int, int] | None:
 
 def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 1, *, dp_replicate_size: int = 1,
                             pp_size: int = 1, model_config=None, check_model: bool = True) -> dict:
-    """Check a ``DistributedConfig`` layout against the launch and ``model_config`` (``None``: the course model).
+    """Check a ``DistributedConfig`` layout against the launch and ``model_config`` (what ``load_config`` takes).
     The sizes' product must equal ``world_size``; heads, KV heads and ``intermediate_size`` divide by ``tp_size``,
     layers by ``pp_size``, a tied vocabulary by ``tp_size * fsdp_size``. Returns the sizes, else :class:`PlanError`."""
     sizes = {name: whole_number(name, value) for name, value in (
@@ -176,15 +176,13 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
                         + (f" (e.g. {'; '.join(pairs)})." if pairs and pp_size == dp_replicate_size == 1 else "."))
     if not check_model:
         return sizes
-    config = model_config  # a config passes through, else trnlab.load_config reads it
-    if not (hasattr(config, "num_attention_heads") or hasattr(config, "get_text_config")):
-        try:
-            config = load_config(model_config)
-        except (PlanError, OSError) as exc:  # OSError: a model that is not here (NotAvailableError)
-            raise PlanError(f"cannot check the mesh against model {model_config!r}: {exc}") from None
+    try:
+        config = load_config(model_config)  # a name, else a Transformers config (it passes through)
+    except (PlanError, OSError) as exc:  # OSError: a model that is not here (NotAvailableError)
+        raise PlanError(f"cannot check the mesh against model {model_config!r}: {exc}") from None
     if problem := _tp_problem(config, tp_size, world_size):
         raise PlanError(problem)
-    text = text_config(config)
+    text = _text_config(config)
     vocab, shards = getattr(text, "vocab_size", None), tp_size * fsdp_size
     tied = getattr(config, "tie_word_embeddings", getattr(text, "tie_word_embeddings", False))
     if tied and fsdp_size * dp_replicate_size > 1 and isinstance(vocab, int) and vocab % shards:
@@ -226,9 +224,9 @@ def _cpu_plan(nproc: int | None, note: str = "") -> ProcessPlan:
     chosen = nproc or _CPU_DEFAULT_PROCESSES
     threads = max(1, cpus // chosen)
     hidden = {}
-    if backend_available("cuda"):
+    if _backend_available("cuda"):
         hidden["CUDA_VISIBLE_DEVICES"] = ""  # Transformers would otherwise bind each rank to a GPU
-    if backend_available("neuron"):
+    if _backend_available("neuron"):
         hidden["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # torch would otherwise autoload TorchNeuron in each rank
     reason = (f"{note or 'no accelerator, so '}{chosen} CPU processes talk over gloo with OMP_NUM_THREADS={threads} "
               f"each ({cpus} core(s) here)")
@@ -252,10 +250,10 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
     nproc = None if nproc is None else whole_number("nproc", nproc)
     if device == "cpu":
         return _cpu_plan(nproc, "" if detect_backend() == "cpu" else "device cpu was asked for, so ")
-    if device == "neuron" and getattr(neuron_module(), "standin", False):
+    if device == "neuron" and getattr(_neuron_module(), "standin", False):
         return _cpu_plan(nproc, "fell back to CPU: the STAND-IN neuron device has no collectives (no `neuron` "
                                 "process group), so ")
-    if not backend_available(device):
+    if not _backend_available(device):
         raise SettingError(f"device={device!r} was requested but this machine has none: leave device=None to use what "
                            "is here")
     if device == "neuron":
@@ -344,7 +342,7 @@ def _node_processes(instance: str, nproc_per_node: int | None, neuron_cores) -> 
     return nproc_per_node, None if cores is None else rank_neuron_cores(nproc_per_node, cores)
 
 
-def slurm_script(script, script_args=(), *, nnodes: int, instance: str = DEFAULT_INSTANCE,
+def slurm_script(script, script_args=(), *, nnodes: int, instance: str = _DEFAULT_INSTANCE,
                  nproc_per_node: int | None = None, port: int = 29500, job_name: str = "trnlab",
                  venv: str | None = None, module: bool = False, neuron_cores=None) -> str:
     """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes, one torchrun per node.
@@ -581,8 +579,8 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
                                 fsdp_size=fsdp_size, model=model, module=module, neuron_cores=neuron_cores)
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
-        listing = neuron_ls_output() if plan.device == "neuron" else None
-        if neuron_core_holders(listing):
+        listing = _neuron_ls_output() if plan.device == "neuron" else None
+        if _neuron_core_holders(listing):
             print(f"[trnlab] {core_holders_notice(listing, 'neuron')}", flush=True)
     result = _run_commands([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)
     if check and not result.ok:

@@ -11,14 +11,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from trnlab.device import pick_device, resolve_device_map, resolve_dtype
-from trnlab.settings import MODEL_ENV_VAR, NotAvailableError, PlanError, _read_settings, progress_bars
+from trnlab.settings import _MODEL_ENV_VAR, NotAvailableError, PlanError, SettingError, _read_settings, progress_bars
 
 __all__ = ["SHIPPED_MODELS", "model_name", "model_source", "explained_load_errors", "load_config", "load_tokenizer",
            "load_model", "parameter_count"]
 
 _ASSETS = Path(__file__).resolve().parent / "assets"
 #: Where the shipped model lives inside the package (``python tools/build_model.py`` rebuilds it).
-BUNDLED_MODEL_DIR = _ASSETS / "tiny-qwen3"
+_BUNDLED_MODEL_DIR = _ASSETS / "tiny-qwen3"
 #: The shipped Qwen3 configs by hub name (``Qwen/Qwen3-8B``), published config.json values: planned offline.
 SHIPPED_MODELS: dict[str, Path] = {f"Qwen/{size}": _ASSETS / "configs" / f"{size}.json" for size in
                                    ("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B", "Qwen3-32B")}
@@ -30,30 +30,30 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 #: Fields the planner reads from a config (``load_config(required=True)``).
 _REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                     "num_key_value_heads", "vocab_size")
-#: File endings of weights, tokenizers and other files that sit next to a config.json.
-_NOT_CONFIG_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx",
-                        ".model", ".index.json")
 
 
 def model_name(name: str | os.PathLike | None = None) -> str:
     """The model to load: ``name``, else ``$TRNLAB_MODEL``, else the bundled tiny Qwen3."""
-    return str(name or _read_settings().model or BUNDLED_MODEL_DIR)
+    if name is not None and not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"a model name is a str or os.PathLike (a hub name, a shipped name or a folder), not type "
+                        f"{type(name).__name__}" + ": pass its .name_or_path" * hasattr(name, "name_or_path"))
+    return str(name or _read_settings().model or _BUNDLED_MODEL_DIR)
 
 
-def is_bundled(name: str | os.PathLike | None = None) -> bool:
+def _is_bundled(name: str | os.PathLike | None = None) -> bool:
     """Whether ``name`` resolves to the course's bundled model."""
-    return Path(model_name(name)).resolve() == BUNDLED_MODEL_DIR.resolve()
+    return Path(model_name(name)).resolve() == _BUNDLED_MODEL_DIR.resolve()
 
 
 def _not_available(name: str, exc: Exception) -> NotAvailableError:
-    if is_bundled(name):
-        return NotAvailableError(f"The bundled course model is missing from {BUNDLED_MODEL_DIR}: rebuild it with "
+    if _is_bundled(name):
+        return NotAvailableError(f"The bundled course model is missing from {_BUNDLED_MODEL_DIR}: rebuild it with "
                                  f"`make model`, which runs python tools/build_model.py ({exc}).")
     return NotAvailableError(
         f"Could not load {name!r}: it is not a local folder and the Hugging Face Hub could not "
         f"be reached or has no such model ({type(exc).__name__}: {exc}). Pre-download it on a machine "
         f"with access (`hf download {name}`), then copy the cache (~/.cache/huggingface, or set "
-        f"HF_HOME) or point {MODEL_ENV_VAR} at the downloaded folder; or unset {MODEL_ENV_VAR} "
+        f"HF_HOME) or point {_MODEL_ENV_VAR} at the downloaded folder; or unset {_MODEL_ENV_VAR} "
         f"to use the course's bundled tiny Qwen3 model.")
 
 
@@ -71,7 +71,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def missing_model_files(folder: str | os.PathLike, what: str = "model") -> list[str]:
+def _missing_model_files(folder: str | os.PathLike, what: str = "model") -> list[str]:
     """The files a model folder lacks for ``what`` ("config", "model" or "tokenizer"); empty if none."""
     folder = Path(folder)
     missing = []
@@ -93,20 +93,20 @@ def model_source(name: str | os.PathLike | None = None, what: str = "model") -> 
     path = Path(name).expanduser()
     # A hub id is "owner/name" or "name"; anything absolute, dotted, home-based or with more slashes is a folder.
     if (path.is_dir() or Path(name).is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
-            or os.sep in name and os.sep != "/" or is_bundled(name)):
-        if not path.exists() and is_bundled(name):
+            or os.sep in name and os.sep != "/" or _is_bundled(name)):
+        if not path.exists() and _is_bundled(name):
             raise _not_available(name, FileNotFoundError(name))
         if not path.exists():
             raise NotAvailableError(
                 f"There is no folder at {name!r}. Check the path (it is relative to the current folder, "
-                f"{os.getcwd()!r}), or give a hub name such as 'Qwen/Qwen3-0.6B', or unset {MODEL_ENV_VAR} "
+                f"{os.getcwd()!r}), or give a hub name such as 'Qwen/Qwen3-0.6B', or unset {_MODEL_ENV_VAR} "
                 "to use the course's bundled tiny Qwen3 model.")
         if not path.is_dir():
             raise NotAvailableError(f"{name!r} is a file, not a model folder: point at the folder that "
                                     f"holds {_CONFIG_FILE} and the weights.")
-        missing = missing_model_files(path, what)
+        missing = _missing_model_files(path, what)
         if missing:
-            fix = ("Rebuild it with `make model` (python tools/build_model.py)" if is_bundled(name) else
+            fix = ("Rebuild it with `make model` (python tools/build_model.py)" if _is_bundled(name) else
                    "Copy the whole folder again (e.g. `hf download <model> --local-dir <folder>`), or save "
                    "it with save_pretrained()")
             raise NotAvailableError(f"The folder {name!r} is not a complete {what}: it lacks {', '.join(missing)}. "
@@ -116,7 +116,7 @@ def model_source(name: str | os.PathLike | None = None, what: str = "model") -> 
         cached = try_to_load_from_cache(name, _CONFIG_FILE)
     except ValueError:  # not a valid repo id either
         cached = None
-    if isinstance(cached, str) and not missing_model_files(Path(cached).parent, what):
+    if isinstance(cached, str) and not _missing_model_files(Path(cached).parent, what):
         return str(Path(cached).parent)
     if not _hub_reachable():
         raise _not_available(name, ConnectionError("hub unreachable"))
@@ -134,7 +134,7 @@ def explained_load_errors(name: str):
         raise _not_available(name, exc) from exc
 
 
-def text_config(config):
+def _text_config(config):
     """The language-model part of ``config`` (a multimodal config nests it), else ``config`` itself."""
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
@@ -163,50 +163,64 @@ def _from_values(values: dict, where: str, required: bool):
 
 
 def _read_json(file: Path, required: bool):
-    """The config in a JSON file; a weights, binary or non-object file is a PlanError naming the folder to pass."""
-    values, name = None, file.name.lower()
-    if name.endswith(_NOT_CONFIG_SUFFIXES):
-        why_not = (f"a {'.index.json' if name.endswith('.index.json') else file.suffix} file holds weights or "
-                   "tokenizer data, not the model's sizes")
-    else:
-        try:
-            values = json.loads(file.read_text(encoding="utf-8"))
-            why_not = None if isinstance(values, dict) else f"JSON of a {type(values).__name__}, not a config object"
-        except UnicodeDecodeError:
-            why_not = "a binary file, not JSON"
-        except json.JSONDecodeError as exc:
-            why_not = f"not JSON: {exc}"
+    """The config in a config.json; one that is not a JSON object is a PlanError naming the fix."""
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+        why_not = None if isinstance(values, dict) else f"JSON of a {type(values).__name__}, not a config object"
+    except UnicodeDecodeError:
+        why_not = "a binary file, not JSON"
+    except json.JSONDecodeError as exc:
+        why_not = f"not JSON: {exc}"
     if why_not is None:
         return _from_values(values, str(file), required)
-    where = (f"the folder {file.parent} holds a config.json: pass --model {file.parent}"
-             if (file.parent / _CONFIG_FILE).is_file() else
-             "pass the model's folder (the one with config.json), or the config.json itself")
-    raise PlanError(f"{file} is not a model config ({why_not}): {where}.")
+    raise PlanError(f"{file} is not a model config ({why_not}): copy the model's config.json into {file.parent} "
+                    "again (e.g. `hf download <model> config.json --local-dir <folder>`).")
+
+
+def _checked_name(name):
+    """``name`` if it names a model (a str or os.PathLike that is not a file, or None), else an error naming the fix."""
+    if name is None or isinstance(name, (str, os.PathLike)):
+        path = Path(name).expanduser() if name is not None else None
+        if path is not None and (path.is_file() or path.name.lower().endswith(".json")):
+            held = (path.parent / _CONFIG_FILE).is_file()
+            fix = (f"the folder that holds {_CONFIG_FILE}, {str(path.parent)!r}" if held else
+                   f"the model's folder (the one that holds {_CONFIG_FILE}) or its hub name")
+            raise SettingError(f"{str(name)!r} names a file, not a model: pass {fix}")
+        return name
+    from transformers import PreTrainedConfig
+
+    if isinstance(name, dict):
+        fix = "build the config: transformers.AutoConfig.for_model(**values) (the values hold its model_type)"
+    elif isinstance(getattr(name, "config", None), PreTrainedConfig):
+        fix = "pass model.config"
+    else:
+        fix = "pass the model's name, or a config built with transformers.AutoConfig.for_model(model_type, ...)"
+    raise TypeError(f"a model is named (a hub name, a shipped Qwen3 such as 'Qwen/Qwen3-8B', a folder holding "
+                    f"{_CONFIG_FILE}, or None for {_MODEL_ENV_VAR}) or given as its Transformers config, not as "
+                    f"type {type(name).__name__}: {fix}")
 
 
 def load_config(name=None, *, required: bool = False):
     """The Transformers config of a model, no weights, offline where it can be; ``config.name_or_path`` names it.
-    ``name``: a config or model, a dict, a shipped Qwen3 (:data:`SHIPPED_MODELS`), a folder or JSON file, a hub name or
-    ``None``. ``required=True``: a :class:`trnlab.PlanError` names each field the planner reads that it lacks."""
-    from transformers import AutoConfig
+    ``name``: a hub name, a shipped Qwen3, a folder holding config.json or ``None``; a Transformers config passes
+    through. ``required=True``: a :class:`trnlab.PlanError` names each field the planner reads that it lacks."""
+    from transformers import AutoConfig, PreTrainedConfig
 
-    if isinstance(name, dict):
-        return _from_values(dict(name), "the config dict", required)
-    if hasattr(name, "model_type") or hasattr(getattr(name, "config", None), "model_type"):
-        config, where = getattr(name, "config", name), f"config {type(name).__name__}"
+    if isinstance(name, PreTrainedConfig):
+        config, where = name, f"config {type(name).__name__}"
     else:
-        name = model_name(name)
+        name = model_name(_checked_name(name))
         shipped = next((hub for hub in SHIPPED_MODELS if name.strip().lower() in (hub.lower(),
                                                                                  hub.split("/")[1].lower())), None)
-        path = SHIPPED_MODELS[shipped] if shipped else Path(name).expanduser()
-        if path.is_file() or (path / _CONFIG_FILE).is_file():
-            config = _read_json(path if path.is_file() else path / _CONFIG_FILE, required)
+        folder = Path(name).expanduser()
+        if shipped or (folder / _CONFIG_FILE).is_file():
+            config = _read_json(SHIPPED_MODELS[shipped] if shipped else folder / _CONFIG_FILE, required)
         else:
             source = model_source(name, "config")
             with explained_load_errors(source):
                 config = AutoConfig.from_pretrained(source)
-        config.name_or_path, where = shipped or str(path), f"config of {name!r}"
-    _lacks(where, [f for f in _REQUIRED_FIELDS if required and getattr(text_config(config), f, None) is None],
+        config.name_or_path, where = shipped or str(folder), f"config of {name!r}"
+    _lacks(where, [f for f in _REQUIRED_FIELDS if required and getattr(_text_config(config), f, None) is None],
            required)
     return config
 
@@ -226,10 +240,8 @@ def load_tokenizer(name: str | os.PathLike | None = None, padding_side: str = "l
 
 def load_model(name=None, device=None, dtype=None, progress=False, **kwargs):
     """Load a causal LM the page's way: ``from_pretrained`` with an explicit device map and dtype, in eval mode.
-
-    ``name``, ``device`` and ``dtype`` default to ``TRNLAB_MODEL``, ``TRNLAB_DEVICE`` and ``TRNLAB_DTYPE``;
-    ``progress=True`` shows the loading bar; other keyword arguments go to ``from_pretrained``.
-    """
+    ``name``/``device``/``dtype`` default to ``TRNLAB_MODEL``/``TRNLAB_DEVICE``/``TRNLAB_DTYPE``; ``progress=True``
+    shows the loading bar; other keyword arguments go to ``from_pretrained``."""
     from transformers import AutoModelForCausalLM
 
     source = model_source(name)                   # TRNLAB_MODEL, else the bundled model; checked first

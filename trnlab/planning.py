@@ -14,11 +14,11 @@ from functools import lru_cache
 from trnlab.launcher import (GiB, INSTANCES, Instance, _divisors, _tp_dimensions, _tp_problem as _launcher_tp_problem,
                              _tp_sizes_that_fit, get_instance, validate_parallel_sizes)
 from trnlab.models import SHIPPED_MODELS, load_config
-from trnlab.settings import DEFAULT_INSTANCE, PlanError
+from trnlab.settings import _DEFAULT_INSTANCE, PlanError, whole_number
 
 __all__ = ["BACKWARD_PER_FORWARD", "CHECKPOINTING", "INFERENCE_ACTIVATION_FORMULA", "SELECTIVE_ACTIVATION_FORMULA",
-           "TRAIN_ACTIVATION_FORMULA", "MemoryPlan", "MeshPlan", "format_plan", "plan_memory", "plan_mesh",
-           "plot_memory_plan", "recompute_fraction"]
+           "TRAIN_ACTIVATION_FORMULA", "MemoryPlan", "MeshCandidate", "MeshPlan", "TensorShard", "format_plan",
+           "plan_memory", "plan_mesh", "plot_memory_plan", "recompute_fraction"]
 
 
 def _config(model):
@@ -28,13 +28,6 @@ def _config(model):
     except OSError as exc:
         raise PlanError(f"no config for {model!r}: it is not one of the shipped configs ({', '.join(SHIPPED_MODELS)}), "
                         f"not a local folder or config.json, and the hub did not give it ({exc})") from exc
-
-
-def _whole(name: str, value) -> int:
-    """Refuse a size that is not a whole number >= 1."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise PlanError(f"{name}={value!r}: a whole number >= 1")
-    return value
 
 
 def _choice(value, table: dict, error: str):
@@ -299,7 +292,7 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
     workload = _choice(str(workload), _WORKLOADS, f"workload={workload!r}: use 'inference' or 'train'")
     for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size), ("batch", batch), ("seq", seq),
                         ("checkpoint_every", checkpoint_every)):
-        _whole(name, value)
+        whole_number(name, value, error=PlanError)
     mode = _checkpointing_mode(gradient_checkpointing)
     master = _choice(str(master_weights), _MASTER, f"master_weights={master_weights!r}: use 'fp32' or 'bf16'")
     opt = _choice(str(optimizer), {k: k for k in _OPTIMIZERS},
@@ -311,7 +304,7 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
         raise PlanError(f"{type(config).__name__} has no tensor-parallel plan (base_model_tp_plan): use tp_size=1")
     if tp_size > 1 and (problem := _tp_problem(config, tp_size)):
         raise PlanError(problem)
-    cache_length = _whole("cache_length", seq if cache_length is None else cache_length)
+    cache_length = whole_number("cache_length", seq if cache_length is None else cache_length, error=PlanError)
     shards, d, train = _shards(spec, tp_size, fsdp_size), spec.dims, workload == "train"
     local = sum(math.prod(s.local_shape) for s in shards)
     param_bytes = (4 if master == "fp32" else 2) if train else b
@@ -329,8 +322,7 @@ def plan_memory(config=None, tp_size: int = 1, fsdp_size: int = 1, *, workload: 
                      + ("; " + SELECTIVE_ACTIVATION_FORMULA if mode == "selective" else "") + ".")
     else:
         h, q, kv, i, kv_heads = d["hidden"], d["q_dim"], d["kv_dim"], d["intermediate"], -(-d["kv_heads"] // tp_size)
-        per_layer = batch * seq * b * (2 * h + max(2 * q + 2 * kv, 3 * i) / tp_size)
-        head = batch * d["vocab"] * (b + 4)
+        per_layer, head = batch * seq * b * (2 * h + max(2 * q + 2 * kv, 3 * i) / tp_size), batch * d["vocab"] * (b + 4)
         comp["activations"], detail = int(per_layer + head), {"per_layer": int(per_layer), "layers": int(per_layer),
                                                                "head": int(head)}
         comp["kv_cache"] = batch * cache_length * d["layers"] * kv_heads * d["head_dim"] * 2 * b
@@ -518,7 +510,7 @@ def _given_mesh(job: _Job, tp_size: int | None, fsdp_size: int | None) -> tuple[
     """The one mesh ``tp_size``/``fsdp_size`` name, checked: the model's heads first, then the launch."""
     for name, value in (("tp_size", tp_size), ("fsdp_size", fsdp_size)):
         if value is not None:
-            _whole(name, value)
+            whole_number(name, value, error=PlanError)
     world, where = job.world, job.where
     ok_tps = _tp_sizes_that_fit(_tp_dimensions(job.config), world)
     if tp_size is not None and _tp_problem(job.config, tp_size):
@@ -596,186 +588,114 @@ def _search(job: _Job, given: tuple | None = None) -> _Choice | None:
 _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 
-def _say(flags: str, place: str, hit: _Choice, train: bool) -> str:
-    """One alternative: its flags, where, and the layout found (mesh, checkpointing, GiB per core)."""
-    c = hit.candidate
-    mesh = f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.plan.mesh
-    ckpt = f", {_checkpointing_label(hit.mode, c.plan.checkpoint_every)}" if train else ""
-    return f"{flags + ' on ' if flags else ''}{place}: {mesh}{ckpt}, {c.plan.total / GiB:.1f} GiB per core"
-
-
-def _more_nodes(job: _Job):
-    """``(nodes, choice)`` for the fewest nodes above ``job.nodes`` that fit, or None. More ranks shrink the sharded
-    state, never a rank's activations: if even an unbounded FSDP size does not fit, no node count will."""
-    kw = {**job.kw, "gradient_checkpointing": job.modes[-1]}
-    if any(plan_memory(job.config, tp, 1 << 20, workload=job.workload, **kw).fits(job.inst.hbm_per_core, job.headroom)
-           for tp in _tp_sizes_that_fit(_tp_dimensions(job.config), job.inst.cores_per_host)):
-        return next(((n, hit) for n in _NODE_COUNTS if n > job.nodes and (hit := _search(replace(job, nodes=n)))), None)
-    return None
-
-
-def _largest_batch(job: _Job, upper: int):
-    """``(batch, choice)`` for the largest micro-batch in [1, upper] that fits, by bisection (memory grows with it)."""
-    def fit(batch: int):
-        return _search(replace(job, kw={**job.kw, "batch": batch}))
-
-    if upper < 1 or not (hit := fit(1)):
-        return None
-    lo, hi, found = 1, upper, (1, hit)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if hit := fit(mid):
-            lo, found = mid, (mid, hit)
-        else:
-            hi = mid - 1
-    return found
-
-
-def _what_would_fit(job: _Job) -> list[str]:
-    """Alternatives for a workload no mesh fits, each planned and fitting: one change at a time (more nodes, a larger
-    instance, the largest batch, heavier checkpointing); else the leanest settings (batch 1, full checkpointing)
-    here, on more nodes or a larger instance; else those with the sequence halved, down to 128."""
-    here, train, kw, modes = job.where, job.workload == "train", job.kw, job.modes
+def _what_would_fit(job: _Job) -> list[tuple[dict, _Choice]]:
+    """``(flags, choice)`` per fix that fits: more nodes, a larger instance, a smaller batch, heavier checkpointing;
+    if none does, the leanest settings (batch 1, full checkpointing) with those, the sequence halved until one fits."""
+    batch, seq = job.kw["batch"], job.kw["seq"]
+    heavier = CHECKPOINTING[CHECKPOINTING.index(job.modes[-1]) + 1:] if job.workload == "train" else ()
     bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > job.inst.hbm_total * job.nodes),
-                    key=lambda o: o.hbm_total)
+                    key=lambda o: (o.hbm_per_core, o.hbm_total))
 
-    def elsewhere(j: _Job, flags: str, scale_bigger: bool) -> list[str]:
-        out = []
-        if found := _more_nodes(j):
-            out.append(_say(flags, f"{found[0]} x {j.inst.name} (--nodes {found[0]})", found[1], train))
-        for other in bigger:
-            if hit := _search(o := replace(j, inst=other, nodes=1)):
-                return out + [_say(flags, f"one {other.name}", hit, train)]
-            if scale_bigger and (found := _more_nodes(o)):
-                return out + [_say(flags, f"{found[0]} x {other.name} (--nodes {found[0]})", found[1], train)]
-        return out
+    def fit(f: dict):   # (f, choice) if the job fits with these flags of `plan` (instance, nodes, batch, seq, ...)
+        kw = {**job.kw, **{k: f[k] for k in ("batch", "seq") if k in f}}
+        hit = _search(replace(job, inst=INSTANCES[f.get("instance", job.inst.name)], kw=kw,
+                              nodes=f.get("nodes", 1 if "instance" in f else job.nodes),
+                              modes=(f["checkpointing"],) if "checkpointing" in f else job.modes))
+        return hit and (f, hit)
 
-    out = elsewhere(job, "", False)
-    if found := _largest_batch(job, kw["batch"] - 1):
-        out.append(_say(f"--batch {found[0]}", here, found[1], train))
-    for mode in CHECKPOINTING[CHECKPOINTING.index(modes[-1]) + 1:] if train else ():
-        if found := _largest_batch(replace(job, modes=(mode,)), kw["batch"]):
-            extra = "" if found[0] == kw["batch"] else f" --batch {found[0]}"
-            out.append(_say(f"--checkpointing {mode}{extra}", here, found[1], train))
-            break
-    lean = replace(job, kw={**kw, "batch": 1}, modes=("full",) if train else modes)  # not tried: one change covers it
-    flags = " ".join(["--batch 1"] * (kw["batch"] > 1) + ["--checkpointing full"] * (train and modes[-1] != "full"))
-    if out := out or elsewhere(lean, flags, True):
-        return out
-    seq = kw["seq"] // 2
-    while seq >= 128:
-        cache = kw["cache_length"] and min(kw["cache_length"], seq)
-        if hit := _search(replace(lean, kw={**lean.kw, "seq": seq, "cache_length": cache})):
-            return [_say(f"{flags} --seq {seq}".strip(), here, hit, train)]
-        seq //= 2
-    return [f"nothing the planner tried (up to {_NODE_COUNTS[-1]} nodes, batch 1"
-            + (", full activation checkpointing" if train else "") + ", seq down to 128)"]
+    def first(options: list):   # each option has more room than the one before it: the first that fits, by bisection
+        lo, hi = 0, len(options)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fit(options[mid]) else (mid + 1, hi)
+        return lo < len(options) and fit(options[lo])
+
+    def batches(top: int, **f) -> list[dict]:   # the batches from top down (the current batch unsaid)
+        return [{**f, **({"batch": b} if b < batch else {})} for b in range(top, 0, -1)]
+
+    def places(f: dict) -> list:   # here if f changes anything, else on the fewest more nodes and on a larger instance
+        here = first([f] * bool(f))
+        return [here] if here else [first([{**f, "nodes": n} for n in _NODE_COUNTS if n > job.nodes]),
+                                    first([{**f, "instance": o.name} for o in bigger])]
+
+    found = places({}) + [first(batches(batch - 1))]
+    found.append(next(filter(None, (first(batches(batch, checkpointing=m)) for m in heavier)), None))
+    lean = {**({"batch": 1} if batch > 1 else {}), **({"checkpointing": "full"} if heavier else {})}
+    for s in [seq] * bool(lean) + [seq >> k for k in range(1, seq.bit_length()) if seq >> k >= 128]:
+        found = found if any(found) else places({**lean, **({"seq": s} if s < seq else {})})
+    return [f for f in found if f]
 
 
-def _no_fit_error(job: _Job, given, cands: list, label: str) -> PlanError:
-    """The error for a workload no mesh fits: the leanest mesh's bytes, and what would fit (computed)."""
-    train, kw, where = job.workload == "train", job.kw, job.where
-    leanest = min((c for c in cands if c.plan is not None), key=lambda c: c.plan.total)
-    alternatives = _what_would_fit(job)
-    if given is not None and (other := _search(job)):
-        flags = f"--tp {other.candidate.tp_size} --fsdp {other.candidate.fsdp_size}"
-        alternatives.insert(0, _say(flags, where, other, train))
-    ckpt = (f" even with {_checkpointing_label(job.modes[-1], kw['checkpoint_every'])}"
-            if train and job.modes[-1] != "none" else "")
-    what = f"{label} {'training' if train else 'inference'} (micro-batch {kw['batch']} x {kw['seq']} per rank)"
-    mesh = f"tp={leanest.tp_size} x fsdp={leanest.fsdp_size}"
-    head = (f"{what} does not fit {mesh} on {where}{ckpt}: it needs " if given is not None else
-            f"{what} fits no mesh on {where}{ckpt}: the leanest, {mesh}, needs ")
+def _layout(c: MeshCandidate) -> str:
+    """``"tp=4 x fsdp=16 with selective activation checkpointing (every 2nd layer)"``, or ``"32 replicas of tp=2"``."""
+    return ((f"{c.replicas} replicas of tp={c.tp_size}" if c.replicas > 1 else c.plan.mesh)
+            + f" with {c.plan.checkpointing_label}" * c.plan.gradient_checkpointing)
+
+
+def _budget(job: _Job) -> str:
+    """The usable bytes per core, the headroom said as the planner's assumption."""
+    return (f"{job.budget / GiB:.1f} GiB usable per core ({job.inst.hbm_per_core / GiB:.0f} GiB of HBM minus the "
+            f"planner's assumed {job.headroom:.0%} headroom; the runtime's own overhead is not published)")
+
+
+def _no_fit_error(job: _Job, given, cands: list) -> PlanError:
+    """A workload no mesh fits: the leanest mesh's bytes against the budget, then the flags of each fix found."""
+    p = min((c.plan for c in cands if c.plan is not None), key=lambda plan: plan.total)
+    fixes = []
+    for flags, hit in [({}, hit)] if given is not None and (hit := _search(job)) else _what_would_fit(job):
+        c = hit.candidate   # a mesh given on the command line stays there: name the one that fits
+        flags |= {"tp": c.tp_size, "fsdp": c.fsdp_size} if given is not None and c.replicas == 1 else {}
+        fixes.append(" ".join(f"--{k} {v}" for k, v in flags.items())
+                     + f" ({_layout(c)}: {c.plan.total / GiB:.1f} GiB per core)")
+    ckpt = f" even with {p.checkpointing_label}" * p.gradient_checkpointing
     return PlanError(
-        head + f"{leanest.plan.total / GiB:.1f} GiB per core, {job.budget / GiB:.1f} GiB usable "
-        f"({job.inst.hbm_per_core / GiB:.0f} GiB minus the planner's assumed {job.headroom:.0%} headroom). "
-        "What would fit: " + "; ".join(alternatives) + ".")
+        f"{p.model} {'training' if p.workload == 'train' else 'inference'} (micro-batch {p.batch} x {p.seq} per rank) "
+        + (f"does not fit {p.mesh} on {job.where}{ckpt}: it needs" if given is not None else
+           f"fits no mesh on {job.where}{ckpt}: the leanest, {p.mesh}, needs")
+        + f" {p.total / GiB:.1f} GiB per core, {_budget(job)}. What would fit: " + ("; ".join(fixes) or
+        f"nothing the planner tried (batch 1, full checkpointing, seq down to 128, {_NODE_COUNTS[-1]} nodes, the "
+        "largest instance): plan a smaller model") + ".")
 
 
 # The reason, in words
 
-#: AWS's published layout for Qwen3-8B training on one trn2.48xlarge (Neuron's TorchTitan training tutorial).
-_AWS_QWEN3_8B_RECIPE = {"model": "Qwen/Qwen3-8B", "instance": DEFAULT_INSTANCE, "tp_size": 4, "fsdp_size": 16,
-                        "checkpointing": "selective", "config": "qwen3_8b_tp4_fsdp16_sac", "source": (
-                            "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/torchtitan/tutorials/"
-                            "tutorial-basic-training.html")}
+#: AWS's published layout for Qwen3-8B training on one trn2.48xlarge: TorchTitan config qwen3_8b_tp4_fsdp16_sac
+#: (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/torchtitan/tutorials/tutorial-basic-training.html).
+_AWS_QWEN3_8B = ("Qwen/Qwen3-8B", _DEFAULT_INSTANCE, 4, 16, "selective")
 
 
-def _headline(choice: _Choice, budget: int, hbm: int, train: bool) -> str:
-    """The reason's first sentences: the mesh chosen (or given), its bytes against the budget, what was tried first."""
-    best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
-    ckpt = f" with {_checkpointing_label(mode, plan.checkpoint_every)}" if train and mode != "none" else ""
-    head = (f"Recommended for serving: {best.replicas} independent replicas of DistributedConfig(tp_size="
-            f"{best.tp_size}) (tp={best.tp_size} x fsdp=1)" if choice.kind == "replicas" else
-            f"Planned the mesh you gave: {plan.mesh}{ckpt}" if choice.kind == "given" else
-            f"Recommended: {plan.mesh}{ckpt}")
-    why = (f"{head}, {plan.total / GiB:.2f} of {budget / GiB:.1f} GiB usable per core ({hbm / GiB:.0f} GiB of HBM "
-           f"minus the planner's assumed {1 - budget / hbm:.0%} headroom; the runtime's own overhead is not published). ")
-    failed: dict[str, list[str]] = {}   # by checkpointing mode
-    for t in (t for t in choice.tried if not t["fits"]):
-        mesh = (f"{t['replicas']} replicas of tp={t['tp_size']}" if t["replicas"] > 1
-                else f"tp={t['tp_size']} x fsdp={t['fsdp_size']}")
-        failed.setdefault(t["checkpointing"], []).append(f"{mesh} needs {t['total_bytes'] / GiB:.1f} GiB")
-    if failed:
-        why += "Tried first: " + "; ".join((f"{_checkpointing_label(m)}: " if train else "") + ", ".join(v)
-                                           for m, v in failed.items()) + ". "
-    return why
-
-
-def _why(choice: _Choice, config, chip: int, train: bool) -> str:
-    """Why this layout: serving replicas without FSDP; or this TP (alone, in a chip, across chips), FSDP, recompute."""
-    best, plan, mode = choice.candidate, choice.candidate.plan, choice.mode
-    if choice.kind == "replicas":
-        return ("Serving uses no FSDP: FSDP all-gathers every layer on every forward, that is for every new token; "
-                "each replica holds the whole model and answers its own requests. "
-                + (f"tp={best.tp_size} keeps each replica inside one chip ({chip} logical cores per chip), where its "
-                   "all-reduces stay on the chip. " if best.tp_size > 1 else "")
-                + f"Each replica serves {plan.batch} sequence(s) of {plan.cache_length} cache positions.")
-    if best.tp_size == 1:
+def _reason(choice: _Choice, job: _Job) -> str:
+    """The plan in words: the layout and its bytes against the budget, then one sentence per reason for it."""
+    c, mode, chip, tp = choice.candidate, choice.mode, job.inst.cores_per_chip, choice.candidate.tp_size
+    layers, every = _model_spec(job.config).dims["layers"], c.plan.checkpoint_every
+    if c.replicas > 1:
+        why = ("Serving uses no FSDP (it would all-gather every layer for every new token): each replica is its own "
+               f"DistributedConfig(tp_size={tp}) holding the whole model, on the fewest cores of one chip it fits.")
+    elif tp == 1:
         why = ("FSDP alone fits: no tensor parallelism (Neuron's training best practices: start with the least model "
-               "parallelism that leaves memory headroom). ")
-    elif best.tp_size > chip:
-        why = (f"tp={best.tp_size} spans {best.tp_size // chip} chips, against Neuron's advice to keep TP within a "
-               f"chip ({chip} logical cores): "
-               + ("you asked for it. " if choice.kind == "given" else "no mesh with TP inside a chip fits. "))
+               "parallelism that leaves memory headroom).")
+    elif tp <= chip:
+        why = (f"tp={tp} keeps each TP group inside one chip ({chip} logical cores), so its all-reduces stay on the "
+               "chip (Neuron: \"Keep TP4 within a chip\", FSDP between chips).")
     else:
-        why = (f"tp={best.tp_size} keeps each TP group inside one chip ({chip} logical cores per chip; Neuron's "
-               f"training best practices: \"Keep TP4 within a chip\"), so TP's two all-reduces per layer stay on the "
-               "chip" + (", and FSDP goes between the chips. " if best.fsdp_size > 1 else ". "))
-        if choice.passed_over:   # the ladder's rule, said as one
-            why += (", ".join(f"{c.plan.mesh} ({c.plan.total / GiB:.2f} GiB)" for c in choice.passed_over)
-                    + " would fit too, but the planner passes over TP smaller than a chip: after FSDP alone its next "
-                    f"step is a whole chip of TP (tp={best.tp_size}), following Neuron's \"Keep TP4 within a chip\" "
-                    "and AWS's published tp=4 x fsdp=16 recipe for Qwen3-8B; a layout rule, not a measured speed-up. ")
-    if best.fsdp_size > 1:
-        why += ("FSDP shards the weights" + (", gradients and optimizer state" if train else "")
-                + f" over {best.fsdp_size} ranks and gathers each layer when it runs, overlapping compute. ")
-    if train and mode != "none":
-        layers, every = _model_spec(config).dims["layers"], plan.checkpoint_every
-        why += (f"Checkpointing recomputes {_checkpointed_layers(layers, mode, every)} of {layers} layers' forward in "
-                f"backward: about {recompute_fraction(config, plan.seq, mode, checkpoint_every=every):.0%} more "
-                "compute per step (estimate from FLOPs). ")
-    return why + (f"Each FSDP rank runs its own micro-batch of {plan.batch} x {plan.seq} tokens "
-                  f"(global batch {plan.batch * best.fsdp_size * best.replicas}).")
+        why = (f"tp={tp} spans {tp // chip} chips, against Neuron's \"Keep TP4 within a chip\": "
+               + ("you asked for it." if choice.kind == "given" else "no mesh with TP inside a chip fits."))
+    if choice.passed_over:
+        why += (" " + ", ".join(f"{p.plan.mesh} ({p.plan.total / GiB:.2f} GiB)" for p in choice.passed_over) + " would "
+                "fit too, but the planner passes over TP smaller than a chip: a layout rule, not a measured speed-up.")
+    if c.plan.gradient_checkpointing:
+        extra = recompute_fraction(job.config, c.plan.seq, mode, checkpoint_every=every)
+        why += (f" Checkpointing recomputes {_checkpointed_layers(layers, mode, every)} of {layers} layers' forward in "
+                f"backward: about {extra:.0%} more compute per step (estimate from FLOPs).")
+    if (c.plan.model, job.where, tp, c.fsdp_size, mode) == _AWS_QWEN3_8B:
+        why += (" It is the mesh of AWS's published layout for Qwen/Qwen3-8B on a trn2.48xlarge (TorchTitan config "
+                "qwen3_8b_tp4_fsdp16_sac) by construction, since the ladder follows that layout: not an independent "
+                f"confirmation; '{_nth_layer(every)}' is the planner's assumption.")
+    head = {"replicas": "Recommended for serving", "given": "Planned the mesh you gave"}.get(choice.kind, "Recommended")
+    return f"{head}: {_layout(c)}, {c.plan.total / GiB:.2f} of {_budget(job)}.\n{why}"
 
 
-def _recipe_text(choice: _Choice, inst: Instance, label: str, auto: bool) -> str:
-    """How the plan compares with AWS's published layout, when it plans that model on that instance."""
-    best, plan, mode, recipe = choice.candidate, choice.candidate.plan, choice.mode, _AWS_QWEN3_8B_RECIPE
-    if (best.tp_size, best.fsdp_size, mode) == (recipe["tp_size"], recipe["fsdp_size"], recipe["checkpointing"]):
-        return (f" It is the mesh of AWS's published layout for {label} on a {inst.name} (TorchTitan config "
-                f"{recipe['config']}) by construction, since the ladder follows that layout: not an independent "
-                f"confirmation. Which selective option that config sets was not found: "
-                f"'{_nth_layer(plan.checkpoint_every)}' is the planner's assumption.")
-    ckpt = _checkpointing_label(mode, plan.checkpoint_every)
-    because = ("you gave the mesh." if choice.kind == "given" else f"you fixed the checkpointing ({ckpt})."
-               if not auto else f"at this workload {plan.mesh} with {ckpt.replace('activation ', '')} fits "
-               "already (less model parallelism or less recompute).")
-    return (f" AWS's published layout for {label} on a {inst.name} is tp=4 x fsdp=16 with selective activation "
-            f"checkpointing (TorchTitan config {recipe['config']}); here it is not recommended because " + because)
-
-
-def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference", *, batch: int = 1,
+def plan_mesh(config=None, instance=_DEFAULT_INSTANCE, workload: str = "inference", *, batch: int = 1,
               seq: int | None = None, headroom: float = 0.1, nodes: int = 1, tp_size: int | None = None,
               fsdp_size: int | None = None, dtype="bfloat16", master_weights: str = "fp32",
               optimizer: str = "adamw", gradient_checkpointing: bool | str | None = None,
@@ -785,7 +705,7 @@ def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference
     tries replicas first. ``tp_size``/``fsdp_size`` plan only that mesh; ``seq`` defaults to 2048. Raises PlanError."""
     inst = get_instance(instance)
     config = _config(config)
-    _whole("nodes", nodes)
+    whole_number("nodes", nodes, error=PlanError)
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom={headroom!r}: a fraction in [0, 1)")
     limit = _model_spec(config).dims["max_position_embeddings"]
@@ -812,18 +732,14 @@ def plan_mesh(config=None, instance=DEFAULT_INSTANCE, workload: str = "inference
                  if c.valid and c.tp_size <= inst.cores_per_chip] + cands
     cands = [job.planned(c, choice.mode if choice else modes[-1]) for c in cands]
     if choice is None:
-        raise _no_fit_error(job, given, cands, label)
+        raise _no_fit_error(job, given, cands)
     # The listed row of the chosen mesh (MeshPlan's table marks the recommended row by identity).
     choice.candidate = next(c for c in cands if (c.tp_size, c.fsdp_size, c.replicas) == (
         choice.candidate.tp_size, choice.candidate.fsdp_size, choice.candidate.replicas))
-    reason = _headline(choice, job.budget, inst.hbm_per_core, train) + _why(choice, config, inst.cores_per_chip, train)
-    recipe = _AWS_QWEN3_8B_RECIPE
-    if train and (label, inst.name, nodes) == (recipe["model"], recipe["instance"], 1):
-        reason += _recipe_text(choice, inst, label, auto)
     settings = {**kw, "dtype": probe.dtype, "gradient_checkpointing": "auto" if auto else modes[0]}
     return MeshPlan(model=label, instance=inst, nodes=nodes, workload=workload, headroom=headroom, candidates=cands,
-                    recommended=choice.candidate, reason=reason, settings=settings, checkpointing=choice.mode,
-                    tried=choice.tried)
+                    recommended=choice.candidate, reason=_reason(choice, job), settings=settings,
+                    checkpointing=choice.mode, tried=choice.tried)
 
 
 # Text and picture

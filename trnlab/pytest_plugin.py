@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from nbval.plugin import IPyNbFile, find_comment_markers, find_metadata_tags
 
-from trnlab.settings import MODEL_ENV_VAR, environment
+from trnlab.settings import _MODEL_ENV_VAR, environment
 
 __all__ = ["notebook_problems", "sanitize"]
 
@@ -226,7 +226,7 @@ def _other_model(notebook) -> str | None:
     """The model a notebook run uses when it is not the bundled one (``None``: the bundled one).
     ``TRNLAB_MODEL`` from the run's ``--notebook-env``, else this environment; a relative folder is the notebook's."""
     env = getattr(notebook, "env", {})
-    value = env[MODEL_ENV_VAR] if MODEL_ENV_VAR in env else os.environ.get(MODEL_ENV_VAR)
+    value = env[_MODEL_ENV_VAR] if _MODEL_ENV_VAR in env else os.environ.get(_MODEL_ENV_VAR)
     if not value:
         return None
     folder = Path(notebook.path).parent / Path(value).expanduser()  # an absolute path replaces the notebook's folder
@@ -284,7 +284,7 @@ def pytest_collection_modifyitems(session, config, items):
         tags = item.cell.get("metadata", {}).get("tags") or [] if options else []
         if models[notebook] and _BUNDLED_MODEL_TAG in tags and options.get("check"):  # run unchecked, and say so
             options["check"] = False
-            item.user_properties.append((_UNCHECKED_KEY, f"{MODEL_ENV_VAR}={models[notebook]} is not the bundled model"))
+            item.user_properties.append((_UNCHECKED_KEY, f"{_MODEL_ENV_VAR}={models[notebook]} is not the bundled model"))
     if not config.getoption("trnlab_rules", default=False):
         return  # opt-in: the rules are stricter than nbval, which accepts such notebooks
     for notebook in models:

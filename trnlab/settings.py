@@ -12,14 +12,14 @@ __all__ = ["TrnlabError", "SettingError", "PlanError", "NotAvailableError", "Lau
            "progress_bars", "quiet_transformers"]
 
 #: The model to use: a hub name or a folder (unset: the bundled tiny Qwen3).
-MODEL_ENV_VAR = "TRNLAB_MODEL"
+_MODEL_ENV_VAR = "TRNLAB_MODEL"
 #: The device: ``auto`` (neuron > cuda > cpu), ``neuron``, ``cuda``, ``cpu``, or one with an index (``neuron:3``).
-DEVICE_ENV_VAR = "TRNLAB_DEVICE"
+_DEVICE_ENV_VAR = "TRNLAB_DEVICE"
 #: ``1`` starts the STAND-IN neuron device (:mod:`trnlab.standin`) when torch is imported.
-NEURON_STANDIN_ENV_VAR = "TRNLAB_NEURON_STANDIN"
+_NEURON_STANDIN_ENV_VAR = "TRNLAB_NEURON_STANDIN"
 #: The instance a real run is planned and launched for when none is named (notebook 06).
-DEFAULT_INSTANCE = "trn2.48xlarge"
-#: The device types ``TRNLAB_DEVICE`` names, besides ``auto`` (``trnlab.device.BACKENDS`` is this tuple).
+_DEFAULT_INSTANCE = "trn2.48xlarge"
+#: The device types ``TRNLAB_DEVICE`` names, besides ``auto`` (``trnlab.device._BACKENDS`` is this tuple).
 _DEVICE_CHOICES = ("neuron", "cuda", "cpu")
 _DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
@@ -44,17 +44,17 @@ class LaunchError(TrnlabError, RuntimeError):
     """A launched run failed, timed out or left processes behind; the message names the rank and the fix."""
 
 
-def whole_number(name: str, value, minimum: int = 1) -> int:
-    """``value`` if it is a whole number >= ``minimum`` (a bool is not), else a SettingError naming ``name``."""
+def whole_number(name: str, value, minimum: int = 1, *, error: type[SettingError] = SettingError) -> int:
+    """``value`` if it is a whole number >= ``minimum`` (a bool is not), else ``error`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SettingError(f"{name}={value!r}: give a whole number >= {minimum}")
+        raise error(f"{name}={value!r}: give a whole number >= {minimum}")
     return value
 
 
 #: The course's settings: model (None: the bundled tiny Qwen3), device, dtype, CPU threads (0: torch's choice).
 _Settings = namedtuple("_Settings", "model device dtype cpu_threads")
 #: Each setting's variable, its field of :class:`_Settings` and its default, in the order they are read.
-_READERS = {MODEL_ENV_VAR: ("model", None), DEVICE_ENV_VAR: ("device", "auto"), "TRNLAB_DTYPE": ("dtype", "auto"),
+_READERS = {_MODEL_ENV_VAR: ("model", None), _DEVICE_ENV_VAR: ("device", "auto"), "TRNLAB_DTYPE": ("dtype", "auto"),
             "TRNLAB_CPU_THREADS": ("cpu_threads", "1")}
 
 #: For each checked field: whether a lower-cased value is valid, and the fix its error names.
@@ -78,21 +78,21 @@ def _check(field: str, value, source: str | None = None):
     return int(name) if field == "cpu_threads" else name
 
 
-def read_setting(variable: str, environ: dict | None = None):
+def _read_setting(variable: str, environ: dict | None = None):
     """One setting, checked on its own (a bad one elsewhere does not matter); doctor reports every bad one."""
     if variable not in _READERS:
         raise KeyError(f"{variable!r} is not a course setting: one of {', '.join(_READERS)}")
     field, default = _READERS[variable]
     value = (os.environ if environ is None else environ).get(variable) or default
-    return value if value is None or variable == MODEL_ENV_VAR else _check(field, value, variable)
+    return value if value is None or variable == _MODEL_ENV_VAR else _check(field, value, variable)
 
 
-def setting_problems(environ: dict | None = None) -> dict[str, str]:
+def _setting_problems(environ: dict | None = None) -> dict[str, str]:
     """``{variable: message}`` for every ``TRNLAB_*`` setting that is malformed (empty: all fine)."""
     problems = {}
     for variable in _READERS:
         try:
-            read_setting(variable, environ)
+            _read_setting(variable, environ)
         except SettingError as exc:
             problems[variable] = str(exc)
     return problems
@@ -100,7 +100,7 @@ def setting_problems(environ: dict | None = None) -> dict[str, str]:
 
 def _read_settings(environ: dict | None = None) -> _Settings:
     """The settings of this process, from ``environ`` (default: ``os.environ``); a bad one is a SettingError."""
-    return _Settings(**{field: read_setting(variable, environ) for variable, (field, _) in _READERS.items()})
+    return _Settings(**{field: _read_setting(variable, environ) for variable, (field, _) in _READERS.items()})
 
 
 #: How :func:`knob` describes each type it converts to, in its error.
@@ -116,7 +116,7 @@ def knob(name: str, default, environ: dict | None = None):
     raw = (env.get(name) or "").strip()
     if not raw:
         return default
-    if name in _READERS and name != MODEL_ENV_VAR:
+    if name in _READERS and name != _MODEL_ENV_VAR:
         return _check(_READERS[name][0], raw, name)
     kind = str if default is None else type(default)
     if kind not in _KNOB_FORMS:

@@ -18,10 +18,10 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import logging
 
-from trnlab import compat
+from trnlab import _compat
 from trnlab.assets.corpus import _document, generate_documents
 from trnlab.compile_tracking import CompileTracker, _graphs_compiled, _steady_median
-from trnlab.device import bf16_supported
+from trnlab.device import _bf16_supported
 from trnlab.generation import compile_backend as pick_compile_backend
 from trnlab.plots import _draw_loss_curve
 from trnlab.settings import environment, quiet_transformers, whole_number
@@ -285,7 +285,7 @@ def precision_choice(device: torch.device | str, weights=None) -> tuple[bool, st
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"weights must be the loaded model or its torch dtype (e.g. model.dtype), got {weights!r}")
     name = str(dtype).removeprefix("torch.")
-    if bf16_supported(backend):
+    if _bf16_supported(backend):
         why = ("every Trainium generation computes in bfloat16 natively" if backend == "neuron"
                else f"this {backend} device supports bfloat16 natively")
         held = "" if dtype is None else f"; the {name} weights stay {name} (bf16=True is mixed precision)"
@@ -323,13 +323,13 @@ def _page_arguments(output_dir: str | os.PathLike, device: torch.device | str, *
 def _static_shape_compiles():
     """A ``Trainer`` built inside compiles with ``dynamic=False`` on any device, as on Neuron: elsewhere dynamo would
     make a changing length symbolic, hiding the recompiles Trainium does (sets ``ACCELERATE_DYNAMO_USE_DYNAMIC``)."""
-    with environment(**{compat.ACCELERATE_DYNAMIC_ENV_VAR: "false"}):
+    with environment(**{_compat.ACCELERATE_DYNAMIC_ENV_VAR: "false"}):
         yield
 
 
 def compile_settings(trainer: Trainer) -> dict:
     """The keyword arguments the Trainer will give ``torch.compile`` (empty if it does not compile)."""
-    plugin = compat.trainer_dynamo_plugin(trainer)
+    plugin = _compat.trainer_dynamo_plugin(trainer)
     if str(plugin.backend.value).lower() == "no":
         return {}
     return {"backend": plugin.backend.value.lower(), "mode": plugin.mode, "dynamic": plugin.dynamic}

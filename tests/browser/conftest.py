@@ -127,19 +127,6 @@ class Lab:
             time.sleep(0.3)
         raise AssertionError(f"jupyter lab not answering after {timeout}s:\n{self.log.read_text()}")
 
-    def api(self, path: str):
-        import json
-
-        with urllib.request.urlopen(f"{self.url}{path}?token={TOKEN}", timeout=10) as r:
-            return json.load(r)
-
-    def shut_down_kernels(self) -> None:
-        """Close every session (and its kernel) through the REST API, as the Running panel does."""
-        for session in self.api("/api/sessions"):
-            request = urllib.request.Request(f"{self.url}/api/sessions/{session['id']}?token={TOKEN}",
-                                             method="DELETE")
-            urllib.request.urlopen(request, timeout=30).close()
-
     def stop(self) -> list[str]:
         """Stop the server by its process group; return what was left running (killed then)."""
         problems = []
@@ -239,8 +226,9 @@ class Screenshots:
             raise
 
 
-@pytest.fixture
-def page(browser, tmp_path):
+@pytest.fixture(scope="module")
+def page(browser):
+    """One page for a module's tests: what a notebook opened in one test stays open, with its kernel, for the next."""
     page = browser.new_page()
     page.set_default_timeout(30_000)
     try:

@@ -18,8 +18,10 @@ RUN_HERE = "The course can run here."
 
 
 def open_notebook(page, lab, name: str) -> None:
-    """Open a notebook alone (?reset: no tabs restored from an earlier test) and wait for its kernel."""
-    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")
+    """Bring the notebook's tab to the front if this page has it open (the tests share one page), else open it
+    alone (?reset: no tabs restored from an earlier session); wait for its kernel."""
+    if not tab(page, name).count():
+        page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")
     wait_kernel_idle(page, name)
 
 
@@ -27,9 +29,12 @@ def tab(page, name: str):
     return page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
 
 
+FRONT = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+
 def panel(page):
     """The notebook panel in front."""
-    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    return page.locator(FRONT)
 
 
 def wait_kernel_idle(page, name: str, timeout: float = 60_000) -> None:
@@ -66,15 +71,19 @@ def error_outputs(page) -> list[str]:
             if "Traceback" in t or re.search(r"^\w*(Error|Exception)\b", t, re.M)]
 
 
-def save(page, lab, name: str, timeout: float = 20) -> None:
-    """Ctrl+S on the notebook in front; wait until the server has written it."""
-    path = lab.notebook_dir / name
-    before = path.stat().st_mtime_ns
-    page.keyboard.press("Control+s")
+def save(page, lab, names: list[str], timeout: float = 20) -> None:
+    """Save ``names``: Ctrl+S on the notebook in front (one name), else File > Save All (every open notebook);
+    wait until the server has written each."""
+    paths = [lab.notebook_dir / name for name in names]
+    before = [path.stat().st_mtime_ns for path in paths]
+    if len(names) == 1:
+        page.keyboard.press("Control+s")
+    else:
+        menu(page, "File", "Save All")
     deadline = time.monotonic() + timeout
-    while path.stat().st_mtime_ns == before:
+    while unwritten := [n for n, p, t in zip(names, paths, before) if p.stat().st_mtime_ns == t]:
         if time.monotonic() > deadline:
-            raise AssertionError(f"{name}: Ctrl+S wrote nothing in {timeout}s")
+            raise AssertionError(f"saving wrote nothing in {timeout}s to {unwritten}")
         time.sleep(0.1)
     time.sleep(0.3)  # the server writes via a temporary file and a rename; let it finish
 
@@ -123,23 +132,20 @@ def check_bucket_slider_responds(page) -> None:
 
 def test_opening_and_saving_every_notebook_changes_nothing(lab, page, shots):
     """JupyterLab once rewrote the kernelspec on open and autosaved. Open every notebook, let its
-    kernel start, save: the bytes on disk must stay the committed ones."""
+    kernel start, save them all: the bytes on disk must stay the committed ones."""
     names = sorted(p.name for p in lab.notebook_dir.glob("*.ipynb"))
     original = {n: (lab.notebook_dir / n).read_bytes() for n in names}
     with shots.on_failure("open every notebook"):
-        open_notebook(page, lab, names[0])
-        for name in names[1:]:
-            page.locator(".jp-DirListing-item", has_text=name).dblclick()
-            tab(page, name).wait_for()
+        page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+        page.locator(".jp-DirListing-item", has_text=names[0]).click()
+        page.locator(".jp-DirListing-item", has_text=names[-1]).click(modifiers=["Shift"])
+        page.keyboard.press("Enter")  # the file browser opens every selected file, each in its tab
         for name in names:
             wait_kernel_idle(page, name)
         page.wait_for_timeout(1000)  # kernel info (language_info) reaches the model right after
         dirty = [n for n in names if "jp-mod-dirty" in (tab(page, n).get_attribute("class") or "")]
     with shots.on_failure("save every notebook"):
-        for name in names:
-            tab(page, name).click()
-            save(page, lab, name)
-    lab.shut_down_kernels()
+        save(page, lab, names)
     changed = [n for n in names if (lab.notebook_dir / n).read_bytes() != original[n]]
     diffs = "\n\n".join(short_diff(original[n], (lab.notebook_dir / n).read_bytes(), n) for n in changed)
     assert not changed, (f"JupyterLab changed {changed} on open+save; run `python tools/normalize_notebooks.py` "
@@ -169,7 +175,7 @@ def test_notebook_01_runs_in_the_browser_without_errors(lab, page, shots):
     with shots.on_failure("scratch cell with notebook 03's bucket slider"):
         check_bucket_slider_responds(page)
     with shots.on_failure("save notebook 01"):
-        save(page, lab, name)
+        save(page, lab, [name])
     saved = json.loads((lab.notebook_dir / name).read_text())
     outputs = [o for c in saved["cells"] for o in c.get("outputs", [])]
     assert not [o for o in outputs if o["output_type"] == "error"], "the saved notebook holds an error output"
@@ -185,7 +191,7 @@ def test_notebook_04_stored_outputs_render(lab, page, shots):
         open_notebook(page, lab, name)
         images = panel(page).locator(".jp-RenderedImage img")
         images.first.wait_for()
-        page.wait_for_function("() => [...document.querySelectorAll('.jp-RenderedImage img')]"
+        page.wait_for_function("() => [...document.querySelectorAll('" + FRONT + " .jp-RenderedImage img')]"
                                ".every(img => img.complete && img.naturalWidth > 0)")
         stored = json.loads((lab.notebook_dir / name).read_text())
         pngs = sum("image/png" in o.get("data", {}) for c in stored["cells"] for o in c.get("outputs", []))

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, TrainingArguments
 
 import trnlab
-from trnlab import compat, distributed as td, training
+from trnlab import distributed as td, training
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -67,14 +67,14 @@ except ValueError as error:
     # Only on a CPU mesh: Accelerate takes a model sharded at load time on MULTI_NEURON (and
     # MULTI_GPU) but refuses gloo's MULTI_CPU. The shim lets it take the Trainium branch while
     # the Trainer is built, and changes nothing else (notebook 05, "Under the hood").
-    if model.device.type != "cpu" or not compat.is_parallelism_refusal(error):
+    if model.device.type != "cpu" or not td.is_parallelism_refusal(error):
         raise
     refusal = str(error).strip()
-    with compat.cpu_mesh_as_multi_device():
+    with td.cpu_mesh_as_multi_device():
         trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
 trainer.train()
 report["losses"] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-print("trained with Trainer" + (" (CPU mesh: built inside compat.cpu_mesh_as_multi_device)" if refusal else ""))
+print("trained with Trainer" + (" (CPU mesh: built inside td.cpu_mesh_as_multi_device)" if refusal else ""))
 
 # 4. Generate with the sharded model (all ranks together), then save one checkpoint.
 text = td.greedy_text(model, tokenizer, training.NEW_FACT_PROMPT)

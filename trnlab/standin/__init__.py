@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from trnlab import compat
-from trnlab.settings import NEURON_STANDIN_ENV_VAR, NotAvailableError
-from trnlab._standin_entry import autoload, pending
+from trnlab import _compat
+from trnlab.settings import _NEURON_STANDIN_ENV_VAR, NotAvailableError
+from trnlab._standin_entry import autoload, _pending
 
 __all__ = ["STANDIN_NOTICE", "STANDIN_VERSION", "CompiledGraph", "StandInNeuronModule", "autoload",
            "cache_dir", "enable", "neuron_backend", "start"]
@@ -135,7 +135,7 @@ class StandInNeuronModule(types.ModuleType):
     def is_initialized(self) -> bool:
         return True
 
-    def _is_in_bad_fork(self) -> bool:  # compat.DEVICE_MODULE_BAD_FORK_HOOK: torch.manual_seed seeds us through it
+    def _is_in_bad_fork(self) -> bool:  # _compat.DEVICE_MODULE_BAD_FORK_HOOK: torch.manual_seed seeds us through it
         return False
 
     def _generator(self, device=None):
@@ -189,7 +189,7 @@ class StandInNeuronModule(types.ModuleType):
 
     def reset_dynamo_metrics(self) -> None:
         _METRICS.clear()
-        compat.dynamo_counters()["neuron"].clear()
+        _compat.dynamo_counters()["neuron"].clear()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +212,8 @@ _DYNAMIC = ("\n\nDynamic shapes detected in the model, but torch-neuronx require
 def _record(gm) -> None:
     targets = [getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes if n.op == "call_function"]
     collectives = any(c in target for target in targets for c in _COLLECTIVES)
-    _METRICS.append(CompiledGraph(compat.aot_graph_name(), len(gm.graph.nodes), collectives))
-    counters = compat.dynamo_counters()["neuron"]
+    _METRICS.append(CompiledGraph(_compat.aot_graph_name(), len(gm.graph.nodes), collectives))
+    counters = _compat.dynamo_counters()["neuron"]
     counters["compiled_graphs"] += 1
     if collectives:
         counters["graphs_with_collectives"] += 1
@@ -228,14 +228,14 @@ def neuron_backend(gm, example_inputs, *, options=None, mode="default"):
     if mode != "default":
         logging.warning(f"Neuron backend does not support mode='{mode}', falling back to default mode. "
                         "(STAND-IN neuron backend)")
-    if sizes := compat.graph_symbolic_sizes(gm):
+    if sizes := _compat.graph_symbolic_sizes(gm):
         raise RuntimeError(_DYNAMIC.format(count=len(sizes), names=f"{sizes[:3]}{'...' if len(sizes) > 3 else ''}"))
 
     def compile_graph(graph, inputs):
         _record(graph)
         return make_boxed_func(graph.forward)
 
-    return compat.aot_autograd(fw_compiler=compile_graph, keep_inference_input_mutations=True)(gm, example_inputs)
+    return _compat.aot_autograd(fw_compiler=compile_graph, keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 class _OnDynamoImport(importlib.abc.MetaPathFinder):
@@ -250,7 +250,7 @@ class _OnDynamoImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            compat.register_dynamo_backend("neuron", neuron_backend)
+            _compat.register_dynamo_backend("neuron", neuron_backend)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -264,7 +264,7 @@ def _real_torchneuron() -> str | None:
     existing = torch.__dict__.get("neuron")
     if existing is not None and not getattr(existing, "standin", False):
         return f"torch.neuron is already registered ({existing!r})"
-    if (name := compat.privateuse1_backend_name()) not in ("privateuseone", "neuron"):
+    if (name := _compat.privateuse1_backend_name()) not in ("privateuseone", "neuron"):
         return f"PyTorch's private backend is already named {name!r} in this process"
     return None
 
@@ -280,7 +280,7 @@ def enable(cores: int = 1) -> StandInNeuronModule:
         return current
     if reason := _real_torchneuron():
         raise NotAvailableError(f"the STAND-IN neuron device does not start beside a real TorchNeuron: {reason}. "
-                                f"Use the real neuron device and unset {NEURON_STANDIN_ENV_VAR} (torch-neuronx 1.0 "
+                                f"Use the real neuron device and unset {_NEURON_STANDIN_ENV_VAR} (torch-neuronx 1.0 "
                                 "from PyPI is a 2022 placeholder: pip uninstall torch-neuronx)")
     if not 1 <= cores <= 64:
         raise NotAvailableError(f"cores={cores}: give 1 to 64 (1: one NeuronCore, what each torchrun rank sees)")
@@ -289,11 +289,11 @@ def enable(cores: int = 1) -> StandInNeuronModule:
     except NotAvailableError as error:
         raise NotAvailableError(f"the STAND-IN neuron device cannot start: {error}") from error
     extension.set_device_count(cores)
-    if compat.privateuse1_backend_name() != "neuron":
+    if _compat.privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     module = StandInNeuronModule(extension, cores)
     if current is None:
-        compat.register_device_module("neuron", module)
+        _compat.register_device_module("neuron", module)
     else:  # a torch.neuron left by an earlier enable(): replace it
         torch.neuron = sys.modules["torch.neuron"] = module
     if not hasattr(torch.Tensor, "neuron"):
@@ -303,10 +303,10 @@ def enable(cores: int = 1) -> StandInNeuronModule:
     torch_neuronx.__version__, torch_neuronx.standin = STANDIN_VERSION, True
     sys.modules["torch_neuronx"] = torch_neuronx
     if "torch._dynamo" in sys.modules:
-        compat.register_dynamo_backend("neuron", neuron_backend)
+        _compat.register_dynamo_backend("neuron", neuron_backend)
     elif not any(isinstance(finder, _OnDynamoImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _OnDynamoImport())
-    compat.clear_detection_caches()
+    _compat.clear_detection_caches()
     print(STANDIN_NOTICE, file=sys.stderr)
     return module
 
@@ -316,14 +316,14 @@ def start(value: str = "1") -> None:
     It never raises (``import torch`` must go on): a stand-in that cannot start warns, and nothing changes."""
     try:
         if value != "1":
-            raise NotAvailableError(f"{NEURON_STANDIN_ENV_VAR}={value!r}: set it to 1 to start the stand-in, or 0")
-        if not hasattr(compat, "register_dynamo_backend"):
-            raise NotAvailableError("trnlab.compat was imported before torch: import torch first")
+            raise NotAvailableError(f"{_NEURON_STANDIN_ENV_VAR}={value!r}: set it to 1 to start the stand-in, or 0")
+        if not hasattr(_compat, "register_dynamo_backend"):
+            raise NotAvailableError("trnlab._compat was imported before torch: import torch first")
         enable()
     except Exception as error:  # noqa: BLE001
-        warnings.warn(f"{NEURON_STANDIN_ENV_VAR}: {error}. Continuing without it (no neuron device).",
+        warnings.warn(f"{_NEURON_STANDIN_ENV_VAR}: {error}. Continuing without it (no neuron device).",
                       RuntimeWarning, stacklevel=2)
 
 
-if pending:  # import torch ran while this module was being imported (it imports torch first)
-    start(pending.pop())
+if _pending:  # import torch ran while this module was being imported (it imports torch first)
+    start(_pending.pop())

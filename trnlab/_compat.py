@@ -1,5 +1,6 @@
 """Every touch of a library's private internals, each a named function or constant; no other trnlab module reaches in.
-``tests/test_compat.py`` checks each in the installed libraries: a rename fails there, not as zero graphs counted."""
+``tests/test_compat.py`` checks each in the installed libraries: a rename fails there, not as zero graphs counted.
+Private to trnlab; a rank script's two (the CPU mesh workaround) are public as ``trnlab.distributed``'s."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import logging
 import sys
 
 import torch
-
-__all__ = ["cpu_mesh_as_multi_device", "is_parallelism_refusal"]
 
 # torch._dynamo: graph counts, compile time, recompile limit, reset
 
