@@ -99,8 +99,10 @@ def trnlab_cli():
     clean = {name: value for name, value in os.environ.items() if not name.startswith("TRNLAB_")}
 
     def run(*cases: tuple[list[str], dict[str, str]]) -> list[subprocess.CompletedProcess]:
-        # the stand-in starts at import torch, before the fork: a run that sets it needs its own Python
-        assert not any(_NEURON_STANDIN_ENV_VAR in env for _, env in cases), f"{_NEURON_STANDIN_ENV_VAR}: run it alone"
+        # Only TRNLAB_ settings are read after the fork; the stand-in's starts at import torch, before it.
+        late = {name for _, env in cases for name in env if not name.startswith("TRNLAB_")} | {
+            name for _, env in cases for name in env if name == _NEURON_STANDIN_ENV_VAR}
+        assert not late, f"{sorted(late)}: read before the fork, so such a run needs its own Python"
         done = subprocess.run([sys.executable, "-c", _CLI_RUNS], env=clean, capture_output=True, text=True,
                               timeout=300, input=json.dumps([[list(args), {**clean, **env}] for args, env in cases]))
         assert done.returncode == 0, done.stderr[-4000:]

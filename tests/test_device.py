@@ -50,7 +50,7 @@ def test_neuron_branch(fake_neuron):
     with pytest.raises(trnlab.NotAvailableError, match="sees 4 neuron device"):
         trnlab.pick_device("neuron:4")
     report = doctor.device_report()
-    assert (report.backend, report.device_count, report._bf16_supported) == ("neuron", 4, True)
+    assert (report.backend, report.device_count, report.bf16_supported) == ("neuron", 4, True)
     assert report.versions["torch-neuronx"] == "0.0.0+fake"
     assert report.notes == []
 
@@ -124,6 +124,7 @@ def test_doctor_cli_ok_and_json(doctor_cli):
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(done.stdout)
     assert data["ok"] is True and data["backend"] in ("cpu", "cuda")
+    assert {"bf16_supported", "device_count", "versions", "neff_cache"} <= set(data), sorted(data)  # DeviceReport's fields
     assert {c["name"] for c in data["checks"]} == {"device", "transformers", "accelerate", "model"}
     assert table.returncode == 0 and "The course can run here." in table.stdout
 

@@ -44,7 +44,7 @@ def _one_gpu_machine(monkeypatch):
     """Make trnlab.launcher see one CUDA GPU (this machine has none)."""
     monkeypatch.setattr(tl, "detect_backend", lambda: "cuda")
     monkeypatch.setattr(tl, "_backend_available", lambda backend: backend in ("cpu", "cuda"))
-    monkeypatch.setattr(tl, "device_count", lambda backend=None: 1 if backend in (None, "cuda") else 0)
+    monkeypatch.setattr(tl, "_device_count", lambda backend=None: 1 if backend in (None, "cuda") else 0)
 
 
 def test_fewer_gpus_than_ranks_fall_back_to_gloo_cpu_processes_and_say_why(monkeypatch):

@@ -42,7 +42,7 @@ BRANCHES = {
     "trnlab/generation.py:generation_compile_config": STANDIN,
     "trnlab/device.py:_neuron_module": STANDIN,
     "trnlab/device.py:_backend_available": HERE + "test_without_torch_accelerator_torch_neuron_answers",
-    "trnlab/device.py:device_count": HERE + "test_without_torch_accelerator_torch_neuron_answers",
+    "trnlab/device.py:_device_count": HERE + "test_without_torch_accelerator_torch_neuron_answers",
     "trnlab/device.py:_bf16_supported": STANDIN,
     "trnlab/device.py:pick_device": STANDIN,
     "trnlab/device.py:resolve_device_map": STANDIN,
@@ -396,11 +396,11 @@ def test_without_torch_accelerator_torch_neuron_answers(fake_neuron, monkeypatch
     from trnlab import device as dev
 
     monkeypatch.setattr(dev, "_current_accelerator", lambda: None)  # a torch or TorchNeuron without torch.accelerator
-    assert dev._backend_available("neuron") and dev.device_count("neuron") == 4 and dev.detect_backend() == "neuron"
+    assert dev._backend_available("neuron") and dev._device_count("neuron") == 4 and dev.detect_backend() == "neuron"
     fake_neuron.cores = 2
-    assert dev.device_count("neuron") == 2
+    assert dev._device_count("neuron") == 2
     fake_neuron.cores = 0
-    assert not dev._backend_available("neuron") and dev.device_count("neuron") == 0
+    assert not dev._backend_available("neuron") and dev._device_count("neuron") == 0
 
 
 def test_launch_on_neuron_names_the_processes_holding_neuroncores(fake_neuron, monkeypatch, capsys):

@@ -292,6 +292,17 @@ def test_a_config_without_the_needed_fields_names_them(tmp_path):
     with pytest.raises(PlanError, match="lacks intermediate_size, num_hidden_layers, num_attention_heads, "
                                         "num_key_value_heads, vocab_size"):
         plan_memory(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128,
+                                                      "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "vocab_size": 100}))
+    with pytest.raises(PlanError, match=r"config.json lacks model_type"):
+        plan_memory(tmp_path)
+    with pytest.raises(PlanError, match="workload='serve'"):
+        plan_memory("Qwen/Qwen3-0.6B", workload="serve")
+    with pytest.raises(PlanError, match="master_weights='fp8'"):
+        plan_memory("Qwen/Qwen3-0.6B", workload="train", master_weights="fp8")
+
+
 def _fixes(error: PlanError) -> list[list[str]]:
     """The command-line flags of each fix a no-fit PlanError names."""
     return [fix.split(" (")[0].split() for fix in str(error).split("What would fit: ")[1][:-1].split("; ")]
@@ -335,6 +346,30 @@ def test_a_workload_that_fits_no_mesh_names_the_flags_that_would(capsys):
         "--instance trn2.48xlarge (tp=4 x fsdp=16 with full activation checkpointing: 17.9 GiB per core).")
     assert all(_plans(args + fix, capsys) for fix in _fixes(info.value))
     assert not _plans(args + ["--batch", "1", "--nodes", "8"], capsys)   # 8 is the count tried below 12
+
+
+def test_node_counts_and_instances_are_each_tried_since_some_take_no_mesh(capsys):
+    # Qwen3-4B's tied vocabulary (151,936 rows) divides by tp x fsdp on 2 x trn2.3xlarge (8 ranks), not on 5 (20 ranks):
+    # more room is not always a mesh, so the fewest nodes are found by trying each count, not by bisection.
+    args = ["--model", "Qwen/Qwen3-4B", "--instance", "trn2.3xlarge", "--train", "--batch", "4", "--seq", "4096"]
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-4B", "trn2.3xlarge", "train", batch=4, seq=4096)
+    assert _fixes(info.value) == [["--batch", "1", "--nodes", "2"], ["--batch", "1", "--instance", "trn2.48xlarge"]]
+    assert all(_plans(args + fix, capsys) for fix in _fixes(info.value))
+    assert not _plans(args + ["--batch", "1", "--nodes", "5"], capsys)  # no mesh of 20 ranks suits it
+    # A larger instance instead of several nodes says --nodes 1, so that the flags added to the command plan it.
+    args = ["--model", "Qwen/Qwen3-32B", "--instance", "trn2.3xlarge", "--train", "--nodes", "2", "--batch", "4",
+            "--seq", "8192"]
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-32B", "trn2.3xlarge", "train", nodes=2, batch=4, seq=8192)
+    assert ["--batch", "1", "--instance", "trn2-ultraserver", "--nodes", "1"] in _fixes(info.value)
+    assert all(_plans(args + fix, capsys) for fix in _fixes(info.value))
+
+
+def test_a_given_mesh_told_to_serve_with_replicas_is_told_to_drop_its_mesh():
+    with pytest.raises(PlanError) as info:
+        plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", "inference", batch=32, seq=8192, tp_size=1, fsdp_size=64)
+    assert str(info.value).endswith("What would fit: without --tp/--fsdp (16 replicas of tp=4: 21.3 GiB per core).")
 
 
 def test_a_long_sequence_is_told_the_longest_that_fits_and_where(capsys):

@@ -9,9 +9,11 @@ this repository, as a learner's CI would.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,10 +24,10 @@ import pytest
 from nbclient import NotebookClient
 
 import trnlab
-from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR as _BUNDLED_MODEL_DIR, _cell_options as cell_options,
+from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR, _cell_options as cell_options,
                                   _other_model as other_model, _parse_notebook_env as parse_notebook_env,
                                   _run_label as run_label, notebook_problems, sanitize)
-from trnlab.settings import environment
+from trnlab.settings import _environment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,9 +65,12 @@ def _pytest(folder: Path, *args: str, mode: str = "--nbval-lax", plugin: bool = 
     paths = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # for kernels and xdist workers
     stdout, stderr = io.StringIO(), io.StringIO()
     cwd = folder if folder.is_dir() else folder.parent
-    with environment(**{**(env or {}), "PYTHONPATH": paths}), contextlib.chdir(cwd), \
+    faulthandler_on = faulthandler.is_enabled()  # a session ended by a usage error leaves it off: put it back
+    with _environment(**{**(env or {}), "PYTHONPATH": paths}), contextlib.chdir(cwd), \
             contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         returncode = int(pytest.main(command))
+    if faulthandler_on and not faulthandler.is_enabled():
+        faulthandler.enable(sys.__stderr__)
     return SimpleNamespace(returncode=returncode, stdout=stdout.getvalue(), stderr=stderr.getvalue())
 
 

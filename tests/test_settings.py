@@ -54,18 +54,18 @@ def test_each_variable_is_checked_on_its_own():
 def test_environment_sets_and_unsets_in_a_block_and_restores_only_those(monkeypatch):
     import os
 
-    from trnlab.settings import environment
+    from trnlab.settings import _environment
 
     monkeypatch.setenv("TRNLAB_TEST_KEPT", "before")
     monkeypatch.delenv("TRNLAB_TEST_NEW", raising=False)
     monkeypatch.delenv("TRNLAB_TEST_SET_INSIDE", raising=False)
-    with environment(TRNLAB_TEST_NEW="1", TRNLAB_TEST_KEPT=None):
+    with _environment(TRNLAB_TEST_NEW="1", TRNLAB_TEST_KEPT=None):
         assert os.environ["TRNLAB_TEST_NEW"] == "1" and "TRNLAB_TEST_KEPT" not in os.environ
         os.environ["TRNLAB_TEST_SET_INSIDE"] = "stays"  # e.g. Accelerate's RANK: not ours to undo
     assert os.environ["TRNLAB_TEST_KEPT"] == "before" and "TRNLAB_TEST_NEW" not in os.environ
     assert os.environ["TRNLAB_TEST_SET_INSIDE"] == "stays"
     with pytest.raises(KeyError):
-        with environment(TRNLAB_TEST_KEPT="during"):
+        with _environment(TRNLAB_TEST_KEPT="during"):
             raise KeyError("restored after an error too")
     assert os.environ["TRNLAB_TEST_KEPT"] == "before"
 

@@ -1,5 +1,5 @@
 """trnlab: helpers for the course "Hugging Face Transformers on AWS Trainium".
-Top-level names (grouped in :data:`_GROUPS`) are what a notebook calls, imported on first use; each module lists
+Top-level names (``__all__``) are what a notebook calls, imported on first use; each module lists
 its building blocks in its own ``__all__``, and a leading underscore marks a private name (see docs/api.md)."""
 
 from __future__ import annotations

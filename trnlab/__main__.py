@@ -103,7 +103,7 @@ def _plan(argv: list[str] | None = None) -> int:
         prog="python -m trnlab plan",
         description="Bytes per NeuronCore and the right (tp, fsdp) mesh for a model on a Trainium instance. "
                     f"Offline for the shipped configs: {', '.join(SHIPPED_MODELS)}.")
-    p.add_argument("--model", help="shipped name, local folder, config.json path or hub name (default: $TRNLAB_MODEL "
+    p.add_argument("--model", help="shipped name, local folder (holding config.json) or hub name (default: $TRNLAB_MODEL "
                                    "or the course's tiny model)")
     p.add_argument("--instance", default=_DEFAULT_INSTANCE, help=f"one of {', '.join(INSTANCES)}")
     p.add_argument("--train", action="store_true", help="plan training (default: inference)")

@@ -87,7 +87,7 @@ def detect_backend() -> str:
     return next(b for b in _BACKENDS if _backend_available(b))
 
 
-def device_count(backend: str | None = None) -> int:
+def _device_count(backend: str | None = None) -> int:
     """How many devices of ``backend`` (default: the detected one) this process sees."""
     backend = backend or detect_backend()
     if not _backend_available(backend):
@@ -167,7 +167,7 @@ def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) 
             print(f"Using {backend}: " + "; ".join(reasons[b] for b in _BACKENDS[: _BACKENDS.index(backend)]) + ".")
         elif verbose:
             standin = getattr(_neuron_module(), "standin", False)  # trnlab's stand-in says what it is
-            print(f"Using neuron: {device_count('neuron')} NeuronCore(s) visible" +
+            print(f"Using neuron: {_device_count('neuron')} NeuronCore(s) visible" +
                   (f" ({_neuron_module().__doc__})." if standin else "."))
         return torch.device(backend, 0) if backend != "cpu" else torch.device("cpu")
     backend, _, index = prefer.partition(":")
@@ -176,7 +176,7 @@ def pick_device(prefer: str | torch.device | None = None, verbose: bool = True) 
                          "optionally with an index (e.g. 'neuron:3')")
     if not _backend_available(backend):
         raise NotAvailableError(f"{backend} was requested but is not available. {_INSTALL_HINTS[backend]}")
-    count = device_count(backend)
+    count = _device_count(backend)
     if index and (not index.isdigit() or int(index) >= count):
         raise NotAvailableError(f"{prefer} was requested but this process sees {count} {backend} device(s): "
                                 f"use an index from 0 to {count - 1}.")

@@ -18,8 +18,9 @@ from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a
 from trnlab.rank_cores import _format_core_list
 from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["batch_loss", "cpu_mesh_as_multi_device", "is_parallelism_refusal", "global_batches", "greedy_text", "pad_vocabulary", "quiet_rank_output", "rank_report",
-           "read_run", "reshard", "save_sharded", "train_single_process", "write_json"]
+__all__ = ["batch_loss", "cpu_mesh_as_multi_device", "global_batches", "greedy_text", "is_parallelism_refusal",
+           "pad_vocabulary", "quiet_rank_output", "rank_report", "read_run", "reshard", "save_sharded",
+           "train_single_process", "write_json"]
 
 
 def quiet_rank_output() -> None:

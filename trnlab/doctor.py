@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT, _backend_available,
-                           _bf16_supported, device_count, _format_core_holders, _neuron_core_holders, _neuron_ls_output,
+                           _bf16_supported, _device_count, _format_core_holders, _neuron_core_holders, _neuron_ls_output,
                            _package_versions, pick_device)
 from trnlab.models import _BUNDLED_MODEL_DIR, _MODEL_ENV_VAR, _is_bundled, _missing_model_files, model_name
 from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR
@@ -258,7 +258,7 @@ def _human_bytes(n: int) -> str:
 def _format_report(report: DeviceReport, checks: list[_Check]) -> str:
     """The report and checks as a plain-text table."""
     rows = [("backend", report.backend), ("devices", str(report.device_count)),
-            ("bf16 native", "yes" if report._bf16_supported else "no"),
+            ("bf16 native", "yes" if report.bf16_supported else "no"),
             ("available", ", ".join(f"{b}={'yes' if ok else 'no'}" for b, ok in report.available.items()))]
     rows += [(name, version or "not installed") for name, version in report.versions.items()]
     rows += [(name, value if value is not None else "(unset)") for name, value in report.neuron_env.items()]
@@ -315,7 +315,7 @@ class DeviceReport:
 
     backend: str
     device_count: int
-    _bf16_supported: bool
+    bf16_supported: bool
     available: dict[str, bool]
     versions: dict[str, str | None]
     neuron_env: dict[str, str | None]
@@ -334,5 +334,5 @@ def device_report() -> DeviceReport:
                      f"{backend} (torch.compile stands in for the neuron compiler).")
     # The Neuron runtime and compiler variables that change what a process sees or builds.
     neuron_env = {name: os.environ.get(name) for name in (VISIBLE_CORES_VAR, "NEURON_RT_NUM_CORES", "NEURON_CC_FLAGS")}
-    return DeviceReport(backend, device_count(backend), _bf16_supported(backend), available, _package_versions(),
+    return DeviceReport(backend, _device_count(backend), _bf16_supported(backend), available, _package_versions(),
                         neuron_env, _neff_cache_summary(), _neuron_ls_output(), notes)

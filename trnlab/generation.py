@@ -16,7 +16,7 @@ from typing import Iterable, NamedTuple, Sequence
 import torch
 
 from trnlab import _compat
-from trnlab.settings import SettingError, environment
+from trnlab.settings import SettingError, _environment
 
 __all__ = [
     "ShapeBuckets", "bucket_pad_tokens", "bucketed_generate", "choose_buckets",
@@ -134,7 +134,7 @@ def moved_to_model_device(calls: Sequence[dict], inputs_device: str | torch.devi
 
 
 def tokenize_batch(tokenizer, prompts, padding_side: str = "left") -> dict:
-    """``prompts`` (text or token-id lists) as one batch on CPU, padded on ``padding_side`` with the pad token."""
+    """``prompts`` (a list of texts or of token-id lists) as one batch on CPU, padded on ``padding_side`` with the pad token."""
     return _pad_token_lists(_prompt_token_ids(prompts, tokenizer), tokenizer.pad_token_id, padding_side)
 
 
@@ -219,7 +219,7 @@ def _will_auto_compile(model, **generate_kwargs) -> bool:
     if cache is None:
         return False
     # Transformers sets TOKENIZERS_PARALLELISM=0 when it will compile; only generate() itself should.
-    with environment(TOKENIZERS_PARALLELISM=os.environ.get("TOKENIZERS_PARALLELISM")):
+    with _environment(TOKENIZERS_PARALLELISM=os.environ.get("TOKENIZERS_PARALLELISM")):
         return _compat.valid_auto_compile_criteria(model, {"cache": cache}, config)
 
 

@@ -22,15 +22,16 @@ from pathlib import Path
 
 import psutil
 
-from trnlab.device import (_backend_available, core_holders_notice, detect_backend, device_count, _neuron_core_holders,
+from trnlab.device import (_backend_available, core_holders_notice, detect_backend, _device_count, _neuron_core_holders,
                            _neuron_ls_output, _neuron_module)
 from trnlab.models import load_config, _text_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
 from trnlab.settings import _DEFAULT_INSTANCE, LaunchError, PlanError, SettingError, whole_number
 
-__all__ = ["GiB", "INSTANCES", "get_instance", "validate_parallel_sizes", "plan_processes", "torchrun_command",
-           "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes", "LaunchResult", "ProcessPlan"]
+__all__ = ["GiB", "INSTANCES", "Instance", "get_instance", "validate_parallel_sizes", "plan_processes",
+           "torchrun_command", "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes",
+           "LaunchResult", "ProcessPlan"]
 
 # Instances: the Trainium machines the planner and the launcher know, from the Neuron docs
 #: Bytes in one gibibyte (2**30): every GiB figure of the instance table and the planner.
@@ -258,11 +259,11 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
                            "is here")
     if device == "neuron":
         from_env = _visible_cores_setting()
-        visible = len(_parse_core_list(from_env)) if from_env else device_count("neuron")
+        visible = len(_parse_core_list(from_env)) if from_env else _device_count("neuron")
         source = f"{_VISIBLE_CORES_VAR}={from_env}" if from_env else "torch.neuron.device_count()"
         what = "NeuronCore"
     else:
-        from_env, visible, source, what = None, device_count("cuda"), "torch.cuda.device_count()", "GPU"
+        from_env, visible, source, what = None, _device_count("cuda"), "torch.cuda.device_count()", "GPU"
     chosen = nproc or visible
     if chosen > visible and device == "cuda":
         return _cpu_plan(chosen, f"fell back to CPU: {chosen} ranks need {chosen} GPUs, one each, but {source} "

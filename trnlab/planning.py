@@ -27,7 +27,7 @@ def _config(model):
         return load_config(model, required=True)
     except OSError as exc:
         raise PlanError(f"no config for {model!r}: it is not one of the shipped configs ({', '.join(SHIPPED_MODELS)}), "
-                        f"not a local folder or config.json, and the hub did not give it ({exc})") from exc
+                        f"not a local folder holding config.json, and the hub did not give it ({exc})") from exc
 
 
 def _choice(value, table: dict, error: str):
@@ -590,39 +590,40 @@ _NODE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 
 def _what_would_fit(job: _Job) -> list[tuple[dict, _Choice]]:
     """``(flags, choice)`` per fix that fits: more nodes, a larger instance, a smaller batch, heavier checkpointing;
-    if none does, the leanest settings (batch 1, full checkpointing) with those, the sequence halved until one fits."""
+    if none does, batch 1 and full checkpointing, here or elsewhere, with the sequence halved until one fits."""
     batch, seq = job.kw["batch"], job.kw["seq"]
     heavier = CHECKPOINTING[CHECKPOINTING.index(job.modes[-1]) + 1:] if job.workload == "train" else ()
     bigger = sorted((o for o in INSTANCES.values() if o.hbm_total > job.inst.hbm_total * job.nodes),
                     key=lambda o: (o.hbm_per_core, o.hbm_total))
 
-    def fit(f: dict):   # (f, choice) if the job fits with these flags of `plan` (instance, nodes, batch, seq, ...)
-        kw = {**job.kw, **{k: f[k] for k in ("batch", "seq") if k in f}}
-        hit = _search(replace(job, inst=INSTANCES[f.get("instance", job.inst.name)], kw=kw,
-                              nodes=f.get("nodes", 1 if "instance" in f else job.nodes),
-                              modes=(f["checkpointing"],) if "checkpointing" in f else job.modes))
-        return hit and (f, hit)
+    def fits(**flags):   # (flags, choice) if the job fits with these flags of `plan`, else None
+        kw = {**job.kw, **{k: flags[k] for k in ("batch", "seq") if k in flags}}
+        modes = (flags["checkpointing"],) if "checkpointing" in flags else job.modes
+        hit = _search(replace(job, inst=INSTANCES[flags.get("instance", job.inst.name)],
+                              nodes=flags.get("nodes", job.nodes), kw=kw, modes=modes))
+        return (flags, hit) if hit else None
 
-    def first(options: list):   # each option has more room than the one before it: the first that fits, by bisection
-        lo, hi = 0, len(options)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if fit(options[mid]) else (mid + 1, hi)
-        return lo < len(options) and fit(options[lo])
+    def elsewhere(**flags):   # the fewest more nodes, and the smallest larger instance (not monotone: each tried)
+        one_node = {"nodes": 1} if job.nodes > 1 else {}
+        return [next(filter(None, (fits(**flags, nodes=n) for n in _NODE_COUNTS if n > job.nodes)), None),
+                next(filter(None, (fits(**flags, instance=o.name, **one_node) for o in bigger)), None)]
 
-    def batches(top: int, **f) -> list[dict]:   # the batches from top down (the current batch unsaid)
-        return [{**f, **({"batch": b} if b < batch else {})} for b in range(top, 0, -1)]
+    def largest_batch(top: int, **flags):   # memory grows with the batch: bisect for the largest that fits
+        found, low, high = None, 1, top
+        while low <= high:
+            middle = (low + high) // 2
+            hit = fits(**flags, **({"batch": middle} if middle != batch else {}))
+            found, low, high = (hit, middle + 1, high) if hit else (found, low, middle - 1)
+        return found
 
-    def places(f: dict) -> list:   # here if f changes anything, else on the fewest more nodes and on a larger instance
-        here = first([f] * bool(f))
-        return [here] if here else [first([{**f, "nodes": n} for n in _NODE_COUNTS if n > job.nodes]),
-                                    first([{**f, "instance": o.name} for o in bigger])]
-
-    found = places({}) + [first(batches(batch - 1))]
-    found.append(next(filter(None, (first(batches(batch, checkpointing=m)) for m in heavier)), None))
+    found = elsewhere() + [largest_batch(batch - 1)]
+    found.append(next(filter(None, (largest_batch(batch, checkpointing=m) for m in heavier)), None))
     lean = {**({"batch": 1} if batch > 1 else {}), **({"checkpointing": "full"} if heavier else {})}
-    for s in [seq] * bool(lean) + [seq >> k for k in range(1, seq.bit_length()) if seq >> k >= 128]:
-        found = found if any(found) else places({**lean, **({"seq": s} if s < seq else {})})
+    short = seq if lean else seq // 2
+    while not any(found) and short >= 128:
+        flags = {**lean, **({"seq": short} if short < seq else {})}
+        here = fits(**flags)
+        found, short = ([here] if here else elsewhere(**flags)), short // 2
     return [f for f in found if f]
 
 
@@ -641,12 +642,13 @@ def _budget(job: _Job) -> str:
 def _no_fit_error(job: _Job, given, cands: list) -> PlanError:
     """A workload no mesh fits: the leanest mesh's bytes against the budget, then the flags of each fix found."""
     p = min((c.plan for c in cands if c.plan is not None), key=lambda plan: plan.total)
+    other_mesh = _search(job) if given is not None else None   # the mesh given does not fit; another does
     fixes = []
-    for flags, hit in [({}, hit)] if given is not None and (hit := _search(job)) else _what_would_fit(job):
-        c = hit.candidate   # a mesh given on the command line stays there: name the one that fits
-        flags |= {"tp": c.tp_size, "fsdp": c.fsdp_size} if given is not None and c.replicas == 1 else {}
-        fixes.append(" ".join(f"--{k} {v}" for k, v in flags.items())
-                     + f" ({_layout(c)}: {c.plan.total / GiB:.1f} GiB per core)")
+    for flags, hit in [({}, other_mesh)] if other_mesh else _what_would_fit(job):
+        c, said = hit.candidate, " ".join(f"--{k} {v}" for k, v in flags.items())
+        if given is not None:   # a mesh given on the command line: name the one that fits
+            said += f" --tp {c.tp_size} --fsdp {c.fsdp_size}" if c.replicas == 1 else " without --tp/--fsdp"
+        fixes.append(f"{said.strip()} ({_layout(c)}: {c.plan.total / GiB:.1f} GiB per core)")
     ckpt = f" even with {p.checkpointing_label}" * p.gradient_checkpointing
     return PlanError(
         f"{p.model} {'training' if p.workload == 'train' else 'inference'} (micro-batch {p.batch} x {p.seq} per rank) "
@@ -668,7 +670,7 @@ def _reason(choice: _Choice, job: _Job) -> str:
     """The plan in words: the layout and its bytes against the budget, then one sentence per reason for it."""
     c, mode, chip, tp = choice.candidate, choice.mode, job.inst.cores_per_chip, choice.candidate.tp_size
     layers, every = _model_spec(job.config).dims["layers"], c.plan.checkpoint_every
-    if c.replicas > 1:
+    if choice.kind == "replicas":
         why = ("Serving uses no FSDP (it would all-gather every layer for every new token): each replica is its own "
                f"DistributedConfig(tp_size={tp}) holding the whole model, on the fewest cores of one chip it fits.")
     elif tp == 1:
@@ -676,7 +678,7 @@ def _reason(choice: _Choice, job: _Job) -> str:
                "parallelism that leaves memory headroom).")
     elif tp <= chip:
         why = (f"tp={tp} keeps each TP group inside one chip ({chip} logical cores), so its all-reduces stay on the "
-               "chip (Neuron: \"Keep TP4 within a chip\", FSDP between chips).")
+               "chip (Neuron: \"Keep TP4 within a chip\"" + (", FSDP between chips)." if c.fsdp_size > 1 else ")."))
     else:
         why = (f"tp={tp} spans {tp // chip} chips, against Neuron's \"Keep TP4 within a chip\": "
                + ("you asked for it." if choice.kind == "given" else "no mesh with TP inside a chip fits."))

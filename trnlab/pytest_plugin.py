@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from nbval.plugin import IPyNbFile, find_comment_markers, find_metadata_tags
 
-from trnlab.settings import _MODEL_ENV_VAR, environment
+from trnlab.settings import _MODEL_ENV_VAR, _environment
 
 __all__ = ["notebook_problems", "sanitize"]
 
@@ -218,7 +218,7 @@ class _NotebookWithEnv(IPyNbFile):
 
     def setup(self):
         if self.reads_env:
-            with environment(**self.env):  # the kernel, a child process, starts with these; this process keeps its own
+            with _environment(**self.env):  # the kernel, a child process, starts with these; this process keeps its own
                 super().setup()
 
 

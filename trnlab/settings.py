@@ -140,7 +140,7 @@ def _put_variables(variables: dict) -> None:
 
 
 @contextlib.contextmanager
-def environment(**variables: str | None):
+def _environment(**variables: str | None):
     """Inside the block, set each environment variable (``None``: unset it); restore only those after."""
     saved = {name: os.environ.get(name) for name in variables}
     _put_variables(variables)

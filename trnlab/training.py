@@ -24,7 +24,7 @@ from trnlab.compile_tracking import CompileTracker, _graphs_compiled, _steady_me
 from trnlab.device import _bf16_supported
 from trnlab.generation import compile_backend as pick_compile_backend
 from trnlab.plots import _draw_loss_curve
-from trnlab.settings import environment, quiet_transformers, whole_number
+from trnlab.settings import _environment, quiet_transformers, whole_number
 
 __all__ = [
     "NEW_FACT_PROMPT", "NEW_LAWS", "STRATEGIES", "LiveLossPlot", "PaddingCollator", "StopAtStep", "TrainingRecorder",
@@ -323,7 +323,7 @@ def _page_arguments(output_dir: str | os.PathLike, device: torch.device | str, *
 def _static_shape_compiles():
     """A ``Trainer`` built inside compiles with ``dynamic=False`` on any device, as on Neuron: elsewhere dynamo would
     make a changing length symbolic, hiding the recompiles Trainium does (sets ``ACCELERATE_DYNAMO_USE_DYNAMIC``)."""
-    with environment(**{_compat.ACCELERATE_DYNAMIC_ENV_VAR: "false"}):
+    with _environment(**{_compat.ACCELERATE_DYNAMIC_ENV_VAR: "false"}):
         yield
 
 

@@ -318,7 +318,7 @@ def start(value: str = "1") -> None:
         if value != "1":
             raise NotAvailableError(f"{_NEURON_STANDIN_ENV_VAR}={value!r}: set it to 1 to start the stand-in, or 0")
         if not hasattr(_compat, "register_dynamo_backend"):
-            raise NotAvailableError("trnlab._compat was imported before torch: import torch first")
+            raise NotAvailableError("trnlab was imported before torch: import torch first")
         enable()
     except Exception as error:  # noqa: BLE001
         warnings.warn(f"{_NEURON_STANDIN_ENV_VAR}: {error}. Continuing without it (no neuron device).",
