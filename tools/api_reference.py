@@ -41,15 +41,10 @@ def summary_line(name: str) -> str:
     return doc.splitlines()[0].strip() if doc else ""
 
 
-#: Modules that run something when imported (``python -m`` entry points): never imported here.
-SKIPPED_MODULES = ("trnlab.__main__",)
-
-
 def library_modules() -> list[str]:
-    """Every public trnlab module this tool reads, sorted, without :data:`SKIPPED_MODULES` and private ones."""
-    names = [info.name for info in pkgutil.walk_packages(trnlab.__path__, "trnlab.")
-             if not info.name.rsplit(".", 1)[-1].startswith("_")]
-    return sorted(n for n in names if not any(n == s or n.startswith(s + ".") for s in SKIPPED_MODULES))
+    """Every public trnlab module this tool reads, sorted: a leading underscore (``_compat``, ``__main__``) is private."""
+    return sorted(info.name for info in pkgutil.walk_packages(trnlab.__path__, "trnlab.")
+                  if not info.name.rsplit(".", 1)[-1].startswith("_"))
 
 
 def _first_sentence(text: str) -> str:
