@@ -111,6 +111,20 @@ STANDIN_SCRIPT = """
     del block
     r["memory_after_free"] = torch.neuron.memory_allocated() - before
 
+    # Ops without a kernel of their own run their CPU kernel on the device's bytes (the fallback)
+    a = torch.arange(6.0, device="neuron"); before = torch.neuron.memory_allocated()
+    b = a * 2  # a new output: the CPU kernel's memory, now counted on the device
+    r["output_bytes"], r["output"] = torch.neuron.memory_allocated() - before, [str(b.device), b.tolist()]
+    del b
+    r["output_freed"] = torch.neuron.memory_allocated() - before
+    a.mul_(3)  # in place: written where the neuron tensor lives
+    out = torch.empty(0, device="neuron"); torch.add(a, 1, out=out)  # out= that grows its output
+    r["in_place"], r["out_grown"] = a.tolist(), [str(out.device), out.tolist()]
+    lib = torch.library.Library("trnlab_standin_test", "DEF")
+    lib.define("first_two(Tensor(a) x) -> Tensor(a)"); lib.impl("first_two", lambda x: x[:2], "CPU")
+    view = torch.ops.trnlab_standin_test.first_two(a); view.zero_()  # a view op: the result shares a's memory
+    r["view"] = [str(view.device), a.tolist()]
+
     torch.neuron.manual_seed(1); first = torch.neuron.get_rng_state()
     torch.neuron.manual_seed(2); torch.neuron.set_rng_state(first)
     r["rng_roundtrip"] = torch.equal(torch.neuron.get_rng_state(), first)
@@ -214,6 +228,15 @@ def test_memory_allocated_counts_what_the_allocator_holds(standin_run):
     assert standin_run["memory_delta"] == 1 << 20 and standin_run["memory_after_free"] == 0
     assert standin_run["accelerator_agrees"] and standin_run["peak_at_least"]
     assert standin_run["rng_roundtrip"]
+
+
+@needs_compiler
+def test_ops_without_a_kernel_run_on_the_devices_own_memory(standin_run):
+    assert standin_run["output"] == ["neuron:0", [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]]
+    assert (standin_run["output_bytes"], standin_run["output_freed"]) == (24, 0)
+    assert standin_run["in_place"] == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+    assert standin_run["out_grown"] == ["neuron:0", [1.0, 4.0, 7.0, 10.0, 13.0, 16.0]]
+    assert standin_run["view"] == ["neuron:0", [0.0, 0.0, 6.0, 9.0, 12.0, 15.0]]
 
 
 @needs_compiler

@@ -1,5 +1,6 @@
 // STAND-IN neuron device (trnlab.standin): PyTorch's PrivateUse1 backend, tensors in host memory, every op run by
-// its CPU kernel through the boxed CPU fallback. Not Trainium. After PyTorch's test backend "openreg"
+// its CPU kernel on that memory (a boxed fallback; conjugate, negative and non-strided tensors: PyTorch's CPU
+// fallback, which copies). Not Trainium. After PyTorch's test backend "openreg"
 // (test/cpp_extensions/open_registration_extension); autocast lists as TorchNeuron's torch_neuronx/csrc/amp.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -16,14 +17,14 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/core/impl/alloc_cpu.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Generator.h>
 #include <torch/library.h>
 
+#include <cstring>
 #include <mutex>
+#include <optional>
 #include <utility>
-#include <unordered_map>
 
 namespace {
 using c10::DeviceIndex;
@@ -40,29 +41,37 @@ DeviceIndex checked(DeviceIndex d) {
   return d;
 }
 
-// Host memory, counted per device: torch.accelerator.memory_allocated() reports what it holds.
+// Host memory, counted per device: torch.accelerator.memory_allocated() reports what it holds. Each block keeps
+// its CPU memory (the CPU allocator's, or a CPU kernel's output adopted by the fallback) and the device it counts on.
+struct Block {
+  c10::DataPtr memory;
+  size_t n;
+  DeviceIndex d;
+};
+
 struct StandInAllocator final : c10::DeviceAllocator {
   std::mutex mu;
-  std::unordered_map<void*, std::pair<size_t, DeviceIndex>> held;
   Stats stats[kMaxDevices];
 
   template <typename F>
   void each(DeviceIndex d, F f) {
     for (auto* s : {&stats[d].allocated_bytes[0], &stats[d].reserved_bytes[0], &stats[d].active_bytes[0]}) f(*s);
   }
-  at::DataPtr allocate(size_t n) override {
-    const DeviceIndex d = g_current;
-    void* p = n ? c10::alloc_cpu(n) : nullptr;
-    if (p) {
+  at::DataPtr hold(c10::DataPtr memory, size_t n, DeviceIndex d) {
+    void* p = memory.get();
+    {
       std::lock_guard<std::mutex> lock(mu);
-      held[p] = {n, d};
       each(d, [n](auto& s) { s.increase(n); });
       stats[d].allocation[0].increase(1);
     }
-    return {p, p, &release, c10::Device(kNeuron, d)};
+    return {p, new Block{std::move(memory), n, d}, &release, c10::Device(kNeuron, d)};
   }
-  static void release(void* p);
-  at::DeleterFnPtr raw_deleter() const override { return &release; }
+  at::DataPtr allocate(size_t n) override {
+    if (n == 0) return {nullptr, c10::Device(kNeuron, g_current)};
+    return hold(c10::GetCPUAllocator()->allocate(n), n, g_current);
+  }
+  static void release(void* block);
+  at::DeleterFnPtr raw_deleter() const override { return nullptr; }  // no raw_allocate(): blocks carry a context
   void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
   bool initialized() override { return true; }
   void emptyCache(c10::MempoolId_t) override {}  // it caches nothing
@@ -82,19 +91,14 @@ struct StandInAllocator final : c10::DeviceAllocator {
 };
 StandInAllocator g_alloc;
 
-void StandInAllocator::release(void* p) {
-  if (!p) return;
+void StandInAllocator::release(void* block) {
+  auto* b = static_cast<Block*>(block);
   {
     std::lock_guard<std::mutex> lock(g_alloc.mu);
-    auto it = g_alloc.held.find(p);
-    if (it != g_alloc.held.end()) {
-      auto [n, d] = it->second;
-      g_alloc.each(d, [n = n](auto& s) { s.decrease(n); });
-      g_alloc.stats[d].allocation[0].decrease(1);
-      g_alloc.held.erase(it);
-    }
+    g_alloc.each(b->d, [n = b->n](auto& s) { s.decrease(n); });
+    g_alloc.stats[b->d].allocation[0].decrease(1);
   }
-  c10::free_cpu(p);
+  delete b;  // frees the CPU memory through its own deleter
 }
 
 // One synchronous stream per device: host work is done when the call returns.
@@ -174,8 +178,17 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   return at::detail::empty_strided_generic(size, stride, &g_alloc, kKeys, c10::dtype_or_default(dtype));
 }
 
-at::Tensor host_view(const at::Tensor& t) {  // the same bytes as a CPU tensor
-  return t.is_cpu() ? t : at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+// The same bytes as a CPU tensor: a non-owning view of the whole storage, with the tensor's geometry. Resizable
+// with CPU memory, so an out= kernel that grows it writes elsewhere (the fallback copies that back).
+at::Tensor host_view(const at::Tensor& t) {
+  if (t.device().type() != kNeuron) return t;
+  const auto& storage = t.storage();
+  c10::Storage bytes(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                     at::DataPtr(storage.mutable_data(), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                       t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return view;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -191,7 +204,105 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { at::native::cpu_fallback(op, stack); }
+// A CPU kernel's new output, on device d: its memory adopted when nothing else holds it, else copied.
+at::Tensor to_neuron(const at::Tensor& cpu, DeviceIndex d) {
+  auto* storage = cpu.storage().unsafeGetStorageImpl();
+  if (cpu.storage().use_count() == 1 && cpu.use_count() <= 2) {  // 2: the stack's and the caller's
+    const size_t n = storage->nbytes();
+    c10::Storage bytes(c10::Storage::use_byte_size_t(), n,
+                       g_alloc.hold(storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), n, d),
+                       &g_alloc, true);
+    auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), kKeys, cpu.dtype());
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+    return out;
+  }
+  const DeviceIndex previous = std::exchange(g_current, d);
+  at::Tensor out = at::detail::empty_strided_generic(cpu.sizes(), cpu.strides(), &g_alloc, kKeys, cpu.scalar_type());
+  g_current = previous;
+  host_view(out).copy_(cpu);
+  return out;
+}
+
+bool plain(const at::Tensor& t) { return !t.defined() || (t.layout() == at::kStrided && !t.is_conj() && !t.is_neg()); }
+
+// Every op without a kernel of its own: its CPU kernel, run on host views of the neuron tensors, so inputs are not
+// copied and in-place ops write the device's bytes; new outputs are moved to the device, views stay views.
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t n = schema.arguments().size(), begin = stack->size() - n;
+  std::vector<std::pair<at::Tensor, at::Tensor>> held;  // (neuron tensor, its host view)
+  std::optional<DeviceIndex> device;
+  auto view_of = [&](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kNeuron) return t;
+    if (!device) device = t.device().index();
+    held.emplace_back(t, host_view(t));
+    return held.back().second;
+  };
+  for (size_t i = begin; i < stack->size(); i++) {
+    auto& value = (*stack)[i];
+    if (value.isTensor()) {
+      if (!plain(value.toTensor())) return at::native::cpu_fallback(op, stack);
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector())
+        if (!plain(t)) return at::native::cpu_fallback(op, stack);
+    }
+  }
+  std::vector<std::pair<size_t, c10::IValue>> lists;  // original tensor lists, to return for mutated ones
+  for (size_t i = begin; i < stack->size(); i++) {
+    auto& value = (*stack)[i];
+    if (value.isTensor()) {
+      value = view_of(value.toTensor());
+    } else if (value.isTensorList()) {
+      lists.emplace_back(i - begin, value);
+      std::vector<at::Tensor> views;
+      for (const at::Tensor& t : value.toTensorVector()) views.push_back(view_of(t));
+      value = c10::List<at::Tensor>(views);
+    } else if (value.isOptionalTensorList()) {
+      lists.emplace_back(i - begin, value);
+      c10::List<std::optional<at::Tensor>> views;
+      for (const auto& t : value.toOptionalTensorVector()) views.push_back(t ? std::optional(view_of(*t)) : t);
+      value = std::move(views);
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
+      device = value.toDevice().index();
+      value = c10::Device(c10::kCPU);
+    }
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (auto& [t, view] : held)  // an out= kernel that resized its output wrote to new CPU memory: copy it over
+    if (view.data_ptr() != t.data_ptr() || view.sizes() != t.sizes()) copy_from_and_resize(view, t);
+  const auto& returns = schema.returns();
+  const size_t first = stack->size() - returns.size();
+  auto back = [&](const at::Tensor& r) -> at::Tensor {
+    if (!r.defined() || !r.is_cpu() || !device) return r;
+    for (auto& [t, view] : held)
+      if (r.is_same(view)) return t;  // in-place and out= ops return their argument
+    for (auto& [t, view] : held)      // a view of an argument: the same view of the neuron tensor
+      if (r.storage().is_alias_of(view.storage()))
+        return at::native::as_strided_tensorimpl(t, r.sizes(), r.strides(), r.storage_offset());
+    return to_neuron(r, *device);
+  };
+  for (size_t i = 0; i < returns.size(); i++) {
+    auto& value = (*stack)[first + i];
+    if (value.isTensor()) {
+      value = back(value.toTensor());
+    } else if (value.isTensorList()) {
+      const auto* alias = returns[i].alias_info();
+      bool restored = false;
+      for (auto& [index, original] : lists)
+        if (alias && alias->isWrite() && schema.arguments()[index].alias_info() &&
+            *schema.arguments()[index].alias_info() == *alias) {
+          value = original;
+          restored = true;
+          break;
+        }
+      if (!restored) {
+        std::vector<at::Tensor> out;
+        for (const at::Tensor& r : value.toTensorVector()) out.push_back(back(r));
+        value = c10::List<at::Tensor>(out);
+      }
+    }
+  }
+}
 
 void set_device_count(int count) {
   TORCH_CHECK(count >= 1 && count <= kMaxDevices, "cores must be 1 to ", kMaxDevices, ", got ", count);
