@@ -4,6 +4,7 @@ meta device); activations are estimates (the ``*_FORMULA`` constants). Notebook 
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -609,12 +610,9 @@ def _what_would_fit(job: _Job) -> list[tuple[dict, _Choice]]:
                 next(filter(None, (fits(**flags, instance=o.name, **one_node) for o in bigger)), None)]
 
     def largest_batch(top: int, **flags):   # memory grows with the batch: bisect for the largest that fits
-        found, low, high = None, 1, top
-        while low <= high:
-            middle = (low + high) // 2
-            hit = fits(**flags, **({"batch": middle} if middle != batch else {}))
-            found, low, high = (hit, middle + 1, high) if hit else (found, low, middle - 1)
-        return found
+        sized = lambda b: fits(**flags, **({"batch": b} if b != batch else {}))  # noqa: E731
+        largest = bisect.bisect(range(1, top + 1), False, key=lambda b: sized(b) is None)
+        return sized(largest) if largest else None
 
     found = elsewhere() + [largest_batch(batch - 1)]
     found.append(next(filter(None, (largest_batch(batch, checkpointing=m) for m in heavier)), None))
