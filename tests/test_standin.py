@@ -124,6 +124,18 @@ STANDIN_SCRIPT = """
     lib.define("first_two(Tensor(a) x) -> Tensor(a)"); lib.impl("first_two", lambda x: x[:2], "CPU")
     view = torch.ops.trnlab_standin_test.first_two(a); view.zero_()  # a view op: the result shares a's memory
     r["view"] = [str(view.device), a.tolist()]
+    pair = torch.view_as_complex(torch.arange(4.0).view(2, 2).to("neuron"))  # a view in another dtype
+    r["complex_view"] = [str(pair.dtype), [str(v) for v in pair.cpu().tolist()]]
+    host = torch.zeros(4); host.index_put_((torch.tensor([1, 3], device="neuron"),), torch.tensor(2.0))
+    r["cpu_self"] = [str(host.device), host.tolist()]  # a CPU argument, returned: stays on the CPU
+    held = torch.arange(3.0); lib.define("held(Tensor x) -> Tensor"); lib.impl("held", lambda x: held, "CPU")
+    r["held"] = [torch.ops.trnlab_standin_test.held(a).tolist(), held.tolist()]  # held elsewhere: copied, not taken
+    image = torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    pooled = [torch.empty(2, 3, 2, 2, device=d) for d in ("cpu", "neuron")]  # out= whose kernel restrides it
+    for p, d in zip(pooled, ("cpu", "neuron")):
+        torch._C._nn.adaptive_avg_pool2d(image.to(d), (2, 2), out=p)
+    r["restrided"] = torch.equal(pooled[1].cpu(), pooled[0]) and pooled[1].stride() == pooled[0].stride()
+    r["zeros"] = torch._efficientzerotensor((2,), device="neuron").cpu().tolist()
 
     torch.neuron.manual_seed(1); first = torch.neuron.get_rng_state()
     torch.neuron.manual_seed(2); torch.neuron.set_rng_state(first)
@@ -237,6 +249,23 @@ def test_ops_without_a_kernel_run_on_the_devices_own_memory(standin_run):
     assert standin_run["in_place"] == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
     assert standin_run["out_grown"] == ["neuron:0", [1.0, 4.0, 7.0, 10.0, 13.0, 16.0]]
     assert standin_run["view"] == ["neuron:0", [0.0, 0.0, 6.0, 9.0, 12.0, 15.0]]
+    assert standin_run["complex_view"] == ["torch.complex64", ["1j", "(2+3j)"]]
+    assert standin_run["cpu_self"] == ["cpu", [0.0, 2.0, 0.0, 2.0]]
+    assert standin_run["held"] == [[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]
+    assert standin_run["restrided"] and standin_run["zeros"] == [0.0, 0.0]
+
+
+@needs_compiler
+def test_memory_grown_by_an_out_kernel_counts_on_its_own_device():
+    r = run("""
+        import json, torch, trnlab.standin as standin
+        standin.enable(cores=2)
+        a = torch.arange(1000.0, device="neuron:1")
+        out = torch.empty(0, device="neuron:1"); torch.add(a, 1, out=out)  # grows out: 4,000 new bytes
+        print(json.dumps({"held": [torch.neuron.memory_allocated(i) for i in (0, 1)],
+                          "device": out.untyped_storage().device.index, "value": out[5].item()}))
+    """)
+    assert (r["held"], r["device"], r["value"]) == ([0, 8000], 1, 6.0)
 
 
 @needs_compiler

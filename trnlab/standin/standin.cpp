@@ -200,53 +200,78 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  const c10::DeviceGuard guard(dst.device());  // new memory counts on dst's device
   at::native::resize_(dst, self.sizes(), std::nullopt);
   return copy_from(self, dst, false);
 }
 
-// A CPU kernel's new output, on device d: its memory adopted when nothing else holds it, else copied.
-at::Tensor to_neuron(const at::Tensor& cpu, DeviceIndex d) {
-  auto* storage = cpu.storage().unsafeGetStorageImpl();
-  if (cpu.storage().use_count() == 1 && cpu.use_count() <= 2) {  // 2: the stack's and the caller's
-    const size_t n = storage->nbytes();
-    c10::Storage bytes(c10::Storage::use_byte_size_t(), n,
-                       g_alloc.hold(storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), n, d),
-                       &g_alloc, true);
-    auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), kKeys, cpu.dtype());
-    out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
-    return out;
-  }
-  const DeviceIndex previous = std::exchange(g_current, d);
-  at::Tensor out = at::detail::empty_strided_generic(cpu.sizes(), cpu.strides(), &g_alloc, kKeys, cpu.scalar_type());
-  g_current = previous;
-  host_view(out).copy_(cpu);
-  return out;
+const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  const c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, size, format);
 }
 
 bool plain(const at::Tensor& t) { return !t.defined() || (t.layout() == at::kStrided && !t.is_conj() && !t.is_neg()); }
+
+// CPU memory that nothing else holds (a kernel's fresh output), moved out of its storage and counted on device d.
+at::DataPtr adopt(c10::StorageImpl* storage, DeviceIndex d) {
+  const size_t n = storage->nbytes();
+  return g_alloc.hold(storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), n, d);
+}
+
+// A CPU kernel's new output, on device d: its memory adopted when `cpu` is the only holder, else copied.
+at::Tensor to_neuron(at::Tensor cpu, DeviceIndex d) {
+  if (cpu.use_count() > 1 || cpu.storage().use_count() > 1 || !plain(cpu) || cpu.is_quantized() ||
+      cpu._is_zerotensor())
+    return cpu.to(c10::Device(kNeuron, d));
+  const size_t n = cpu.storage().nbytes();
+  c10::Storage bytes(c10::Storage::use_byte_size_t(), n, adopt(cpu.storage().unsafeGetStorageImpl(), d), &g_alloc,
+                     true);
+  auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), kKeys, cpu.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  return out;
+}
+
+// After an out= kernel: `view` (t's host view) resized or restrided, maybe into new CPU memory; t takes it all.
+void take_back(const at::Tensor& t, const at::Tensor& view) {
+  if (view.data_ptr() == t.data_ptr() && view.sizes() == t.sizes() && view.strides() == t.strides()) return;
+  if (view.storage().data() != t.storage().data()) {
+    if (view.storage().use_count() > 1) {  // set_() to memory held elsewhere: copy it, contiguous
+      copy_from_and_resize(view, t);
+      return;
+    }
+    auto* storage = t.storage().unsafeGetStorageImpl();  // t's views see the new memory, as after a CPU resize_
+    const size_t n = view.storage().nbytes();
+    storage->set_data_ptr_noswap(adopt(view.storage().unsafeGetStorageImpl(), t.device().index()));
+    storage->set_nbytes(n);
+  }
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+}
 
 // Every op without a kernel of its own: its CPU kernel, run on host views of the neuron tensors, so inputs are not
 // copied and in-place ops write the device's bytes; new outputs are moved to the device, views stay views.
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size(), begin = stack->size() - n;
+  for (size_t i = begin; i < stack->size(); i++) {
+    const auto& value = (*stack)[i];
+    bool ok = true;
+    if (value.isTensor()) ok = plain(value.toTensor());
+    if (value.isTensorList())
+      for (const at::Tensor& t : value.toTensorVector()) ok = ok && plain(t);
+    if (value.isOptionalTensorList())
+      for (const auto& t : value.toOptionalTensorVector()) ok = ok && (!t || plain(*t));
+    if (!ok) return at::native::cpu_fallback(op, stack);
+  }
   std::vector<std::pair<at::Tensor, at::Tensor>> held;  // (neuron tensor, its host view)
+  std::vector<at::Tensor> host;                         // the CPU tensors among the arguments
   std::optional<DeviceIndex> device;
   auto view_of = [&](const at::Tensor& t) {
+    if (t.defined() && t.device().type() != kNeuron) host.push_back(t);
     if (!t.defined() || t.device().type() != kNeuron) return t;
     if (!device) device = t.device().index();
     held.emplace_back(t, host_view(t));
     return held.back().second;
   };
-  for (size_t i = begin; i < stack->size(); i++) {
-    auto& value = (*stack)[i];
-    if (value.isTensor()) {
-      if (!plain(value.toTensor())) return at::native::cpu_fallback(op, stack);
-    } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorVector())
-        if (!plain(t)) return at::native::cpu_fallback(op, stack);
-    }
-  }
   std::vector<std::pair<size_t, c10::IValue>> lists;  // original tensor lists, to return for mutated ones
   for (size_t i = begin; i < stack->size(); i++) {
     auto& value = (*stack)[i];
@@ -268,36 +293,43 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  for (auto& [t, view] : held)  // an out= kernel that resized its output wrote to new CPU memory: copy it over
-    if (view.data_ptr() != t.data_ptr() || view.sizes() != t.sizes()) copy_from_and_resize(view, t);
-  const auto& returns = schema.returns();
-  const size_t first = stack->size() - returns.size();
-  auto back = [&](const at::Tensor& r) -> at::Tensor {
+  for (auto& [t, view] : held) take_back(t, view);
+  auto shares = [](const at::Tensor& a, const at::Tensor& b) {
+    return a.is_same(b) || (a.has_storage() && b.has_storage() && a.storage().is_alias_of(b.storage()));
+  };
+  auto back = [&](at::Tensor r) -> at::Tensor {
     if (!r.defined() || !r.is_cpu() || !device) return r;
+    for (auto& c : host)
+      if (shares(r, c)) return r;  // a CPU argument (or a view of one) stays on the CPU
     for (auto& [t, view] : held)
       if (r.is_same(view)) return t;  // in-place and out= ops return their argument
-    for (auto& [t, view] : held)      // a view of an argument: the same view of the neuron tensor
-      if (r.storage().is_alias_of(view.storage()))
-        return at::native::as_strided_tensorimpl(t, r.sizes(), r.strides(), r.storage_offset());
-    return to_neuron(r, *device);
+    for (auto& [t, view] : held)      // a view of an argument: the same view of the neuron tensor, in r's dtype
+      if (shares(r, view)) {
+        auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(t.storage()),
+                                                              t.key_set(), r.dtype());
+        alias.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
+        return alias;
+      }
+    return to_neuron(std::move(r), *device);
   };
+  const auto& returns = schema.returns();
+  const size_t first = stack->size() - returns.size();
   for (size_t i = 0; i < returns.size(); i++) {
     auto& value = (*stack)[first + i];
+    const auto* alias = returns[i].alias_info();
     if (value.isTensor()) {
-      value = back(value.toTensor());
+      value = back(std::move(value).toTensor());  // moved: the stack no longer holds it
     } else if (value.isTensorList()) {
-      const auto* alias = returns[i].alias_info();
-      bool restored = false;
+      auto list = std::move(value).toTensorList();
+      value = c10::IValue();
       for (auto& [index, original] : lists)
         if (alias && alias->isWrite() && schema.arguments()[index].alias_info() &&
-            *schema.arguments()[index].alias_info() == *alias) {
-          value = original;
-          restored = true;
-          break;
-        }
-      if (!restored) {
+            *schema.arguments()[index].alias_info() == *alias)
+          value = original;  // a mutated list argument: the original neuron tensors
+      if (value.isNone()) {
         std::vector<at::Tensor> out;
-        for (const at::Tensor& r : value.toTensorVector()) out.push_back(back(r));
+        for (size_t k = 0; k < list.size(); k++)
+          out.push_back(back(list.use_count() == 1 ? list.extract(k) : list.get(k)));  // extract(): moved out
         value = c10::List<at::Tensor>(out);
       }
     }
@@ -325,7 +357,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
-  m.impl("resize_", at::native::resize_);
+  m.impl("resize_", resize);
   m.impl("view", at::native::view);  // views share storage: the fallback cannot make them
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
