@@ -110,6 +110,7 @@ browser-deps: setup
 # then run unchecked, every other one must still hold). Spread over TEST_WORKERS processes
 # (pytest-xdist; one file or notebook run per worker at a time). On Trainium the notebooks run one at
 # a time: a kernel holds every NeuronCore it sees, so two would block each other.
+# The stand-in is built (once, about 27 s) in the background as the session starts, not when its first test needs it.
 # OMP_NUM_THREADS=1: with two test processes (and torchrun's ranks) on two cores, torch's second
 # CPU thread only waits for a busy core.
 TEST_WORKERS ?= 2
@@ -119,6 +120,7 @@ test: setup browser-deps
 	if [ "$$($(BIN)/python -c 'import trnlab; print(trnlab.detect_backend())' 2>/dev/null)" = neuron ]; then \
 	  workers=0; echo "make test: Neuron device found: one test process, so notebooks never share NeuronCores"; \
 	fi; \
+	{ $(BIN)/python -c "import torch, trnlab.standin as s; s.enable()" >/dev/null 2>&1 & }; \
 	set -x; $(BIN)/python tools/build_model.py --other --overwrite --output "$(OTHER_MODEL)" && \
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax --trnlab-rules \
 	  -p no:cacheprovider --notebook-env "TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16 TRNLAB_MODEL=$(OTHER_MODEL)" \
