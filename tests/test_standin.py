@@ -135,6 +135,16 @@ STANDIN_SCRIPT = """
     for p, d in zip(pooled, ("cpu", "neuron")):
         torch._C._nn.adaptive_avg_pool2d(image.to(d), (2, 2), out=p)
     r["restrided"] = torch.equal(pooled[1].cpu(), pooled[0]) and pooled[1].stride() == pooled[0].stride()
+    base = torch.zeros(4, device="neuron"); low, high = base[4:], base[:3]  # out= into two views of one memory,
+    torch.aminmax(torch.arange(6.0, device="neuron").view(3, 2), dim=1, out=(low, high))  # one of them grown
+    r["out_views"] = [low.tolist(), high.tolist(), base.untyped_storage().nbytes()]
+    c = torch.arange(6.0, device="neuron")
+    try:  # an out= that overlaps its input: refused, as on CPU
+        torch.mul(c[:-1], 2, out=c[1:])
+    except RuntimeError as error:
+        r["overlap"] = str(error).splitlines()[0]
+    b = torch.arange(3.0, device="neuron"); rest = b[1:]; b.set_()  # b lets go; its view keeps the memory
+    r["set_empty"] = [rest.tolist(), b.numel(), str(b.device)]
     r["zeros"] = torch._efficientzerotensor((2,), device="neuron").cpu().tolist()
 
     torch.neuron.manual_seed(1); first = torch.neuron.get_rng_state()
@@ -253,6 +263,9 @@ def test_ops_without_a_kernel_run_on_the_devices_own_memory(standin_run):
     assert standin_run["cpu_self"] == ["cpu", [0.0, 2.0, 0.0, 2.0]]
     assert standin_run["held"] == [[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]
     assert standin_run["restrided"] and standin_run["zeros"] == [0.0, 0.0]
+    assert standin_run["out_views"] == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0], 28]  # as on CPU
+    assert "unsupported operation" in standin_run["overlap"]
+    assert standin_run["set_empty"] == [[1.0, 2.0], 0, "neuron:0"]
 
 
 @needs_compiler

@@ -1,6 +1,6 @@
 // STAND-IN neuron device (trnlab.standin): PyTorch's PrivateUse1 backend, tensors in host memory, every op run by
-// its CPU kernel on that memory (a boxed fallback; conjugate, negative and non-strided tensors: PyTorch's CPU
-// fallback, which copies). Not Trainium. After PyTorch's test backend "openreg"
+// its CPU kernel on that memory (a boxed fallback; out= ops and conjugate, negative or non-strided tensors: PyTorch's
+// CPU fallback, which copies). Not Trainium. After PyTorch's test backend "openreg"
 // (test/cpp_extensions/open_registration_extension); autocast lists as TorchNeuron's torch_neuronx/csrc/amp.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -21,6 +21,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -178,18 +179,22 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   return at::detail::empty_strided_generic(size, stride, &g_alloc, kKeys, c10::dtype_or_default(dtype));
 }
 
-// The same bytes as a CPU tensor: a non-owning view of the whole storage, with the tensor's geometry. Resizable
-// with CPU memory, so an out= kernel that grows it writes elsewhere (the fallback copies that back).
-at::Tensor host_view(const at::Tensor& t) {
-  if (t.device().type() != kNeuron) return t;
-  const auto& storage = t.storage();
-  c10::Storage bytes(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                     at::DataPtr(storage.mutable_data(), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true);
+// The same bytes as a CPU storage: non-owning, and resizable with CPU memory, so that an out= kernel that grows
+// it writes elsewhere (the fallback then moves that memory into the neuron storage).
+c10::Storage host_storage(const c10::Storage& storage) {
+  return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                      at::DataPtr(storage.mutable_data(), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true);
+}
+
+// t as a CPU tensor on `bytes` (t's storage as host_storage), with t's geometry.
+at::Tensor host_view(const at::Tensor& t, c10::Storage bytes) {
   auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                        t.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return view;
 }
+
+at::Tensor host_view(const at::Tensor& t) { return t.is_cpu() ? t : host_view(t, host_storage(t.storage())); }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() > 0) {
@@ -231,24 +236,15 @@ at::Tensor to_neuron(at::Tensor cpu, DeviceIndex d) {
   return out;
 }
 
-// After an out= kernel: `view` (t's host view) resized or restrided, maybe into new CPU memory; t takes it all.
-void take_back(const at::Tensor& t, const at::Tensor& view) {
-  if (view.data_ptr() == t.data_ptr() && view.sizes() == t.sizes() && view.strides() == t.strides()) return;
-  if (view.storage().data() != t.storage().data()) {
-    if (view.storage().use_count() > 1) {  // set_() to memory held elsewhere: copy it, contiguous
-      copy_from_and_resize(view, t);
-      return;
-    }
-    auto* storage = t.storage().unsafeGetStorageImpl();  // t's views see the new memory, as after a CPU resize_
-    const size_t n = view.storage().nbytes();
-    storage->set_data_ptr_noswap(adopt(view.storage().unsafeGetStorageImpl(), t.device().index()));
-    storage->set_nbytes(n);
-  }
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+at::Tensor& set_empty(at::Tensor& self) {  // set_(): an empty storage on self's device
+  const c10::DeviceGuard guard(self.device());
+  return at::native::set_storage_cpu_(self, c10::Storage(c10::Storage::use_byte_size_t(), 0, g_alloc.allocate(0),
+                                                         &g_alloc, true), 0, {0}, {});
 }
 
-// Every op without a kernel of its own: its CPU kernel, run on host views of the neuron tensors, so inputs are not
-// copied and in-place ops write the device's bytes; new outputs are moved to the device, views stay views.
+// Every op without a kernel of its own (out= ops and unusual tensors aside): its CPU kernel, run on host views of the
+// neuron tensors, so inputs are not copied and in-place ops write the device's bytes; new outputs are moved to the
+// device, views stay views.
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size(), begin = stack->size() - n;
@@ -262,14 +258,24 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (const auto& t : value.toOptionalTensorVector()) ok = ok && (!t || plain(*t));
     if (!ok) return at::native::cpu_fallback(op, stack);
   }
-  std::vector<std::pair<at::Tensor, at::Tensor>> held;  // (neuron tensor, its host view)
-  std::vector<at::Tensor> host;                         // the CPU tensors among the arguments
+  // One host storage per neuron storage and one host view per neuron tensor, so that the CPU kernel sees the
+  // aliasing the arguments have (its overlap checks, an out= resize seen by every view of that memory).
+  std::vector<std::pair<c10::Storage, c10::Storage>> storages;  // (neuron storage, its host storage)
+  std::vector<std::pair<at::Tensor, at::Tensor>> held;          // (neuron tensor, its host view)
+  std::vector<at::Tensor> host;                                 // the CPU tensors among the arguments
   std::optional<DeviceIndex> device;
-  auto view_of = [&](const at::Tensor& t) {
+  auto host_of = [&](const at::Tensor& t) {
+    return std::find_if(storages.begin(), storages.end(), [&](auto& s) { return s.first.is_alias_of(t.storage()); });
+  };
+  auto view_of = [&](const at::Tensor& t) -> at::Tensor {
     if (t.defined() && t.device().type() != kNeuron) host.push_back(t);
     if (!t.defined() || t.device().type() != kNeuron) return t;
     if (!device) device = t.device().index();
-    held.emplace_back(t, host_view(t));
+    for (auto& [neuron, view] : held)
+      if (neuron.is_same(t)) return view;
+    auto found = host_of(t);
+    if (found == storages.end()) found = storages.insert(storages.end(), {t.storage(), host_storage(t.storage())});
+    held.emplace_back(t, host_view(t, found->second));
     return held.back().second;
   };
   std::vector<std::pair<size_t, c10::IValue>> lists;  // original tensor lists, to return for mutated ones
@@ -293,7 +299,19 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  for (auto& [t, view] : held) take_back(t, view);
+  for (auto& [neuron, bytes] : storages)  // an out= kernel grew it into new CPU memory: the neuron storage takes that
+    if (bytes.data() != neuron.data()) {
+      const size_t size = bytes.nbytes();
+      auto* impl = neuron.unsafeGetStorageImpl();
+      impl->set_data_ptr_noswap(adopt(bytes.unsafeGetStorageImpl(), impl->device().index()));
+      impl->set_nbytes(size);
+    }
+  for (auto& [t, view] : held) {  // and each tensor the geometry its host view has now (out= resize, t_() and kin)
+    if (!view.storage().is_alias_of(host_of(t)->second))  // the kernel set_() it to other memory: a copy of that
+      copy_from_and_resize(view, t);
+    else if (view.sizes() != t.sizes() || view.strides() != t.strides() || view.storage_offset() != t.storage_offset())
+      t.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+  }
   auto shares = [](const at::Tensor& a, const at::Tensor& b) {
     return a.is_same(b) || (a.has_storage() && b.has_storage() && a.storage().is_alias_of(b.storage()));
   };
@@ -304,7 +322,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (auto& [t, view] : held)
       if (r.is_same(view)) return t;  // in-place and out= ops return their argument
     for (auto& [t, view] : held)      // a view of an argument: the same view of the neuron tensor, in r's dtype
-      if (shares(r, view)) {
+      if (shares(r, view)) {  // (its storage: that of every neuron tensor with this host storage)
         auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(t.storage()),
                                                               t.key_set(), r.dtype());
         alias.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
@@ -361,6 +379,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", at::native::view);  // views share storage: the fallback cannot make them
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
+  m.impl("set_", set_empty);
   m.impl("set_.source_Tensor", at::native::set_tensor_);
   m.impl("set_.source_Storage", at::native::set_);
   m.impl("set_.source_Storage_storage_offset", at::native::set_storage_cpu_);
