@@ -275,10 +275,11 @@ def test_memory_grown_by_an_out_kernel_counts_on_its_own_device():
         standin.enable(cores=2)
         a = torch.arange(1000.0, device="neuron:1")
         out = torch.empty(0, device="neuron:1"); torch.add(a, 1, out=out)  # grows out: 4,000 new bytes
+        grown = torch.empty(0, device="neuron:1"); grown.set_(grown.untyped_storage(), 0, (100,))  # 400 more
         print(json.dumps({"held": [torch.neuron.memory_allocated(i) for i in (0, 1)],
-                          "device": out.untyped_storage().device.index, "value": out[5].item()}))
+                          "device": [t.untyped_storage().device.index for t in (out, grown)], "value": out[5].item()}))
     """)
-    assert (r["held"], r["device"], r["value"]) == ([0, 8000], 1, 6.0)
+    assert (r["held"], r["device"], r["value"]) == ([0, 8400], [1, 1], 6.0)
 
 
 @needs_compiler

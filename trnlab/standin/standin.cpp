@@ -163,7 +163,8 @@ struct StandInHooks final : at::PrivateUse1HooksInterface {
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
 };
 
-// The kernels every backend must have (openreg's minimal set); all other ops: the CPU fallback.
+// The kernels every backend must have (openreg's minimal set); every other op without a composite kernel (those
+// run their decomposition, e.g. native_layer_norm's): the fallback below.
 constexpr c10::DispatchKeySet kKeys(c10::DispatchKey::PrivateUse1);
 
 at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
@@ -236,10 +237,15 @@ at::Tensor to_neuron(at::Tensor cpu, DeviceIndex d) {
   return out;
 }
 
-at::Tensor& set_empty(at::Tensor& self) {  // set_(): an empty storage on self's device
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, at::IntArrayRef size,
+                        at::IntArrayRef stride) {  // memory it grows counts on self's device
   const c10::DeviceGuard guard(self.device());
-  return at::native::set_storage_cpu_(self, c10::Storage(c10::Storage::use_byte_size_t(), 0, g_alloc.allocate(0),
-                                                         &g_alloc, true), 0, {0}, {});
+  return at::native::set_storage_cpu_(self, std::move(source), offset, size, stride);
+}
+
+at::Tensor& set_empty(at::Tensor& self) {  // set_(): an empty storage on self's device
+  return set_storage(self, c10::Storage(c10::Storage::use_byte_size_t(), 0, at::DataPtr(nullptr, self.device()),
+                                        &g_alloc, true), 0, {0}, {});
 }
 
 // Every op without a kernel of its own (out= ops and unusual tensors aside): its CPU kernel, run on host views of the
@@ -381,8 +387,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", at::native::unfold);
   m.impl("set_", set_empty);
   m.impl("set_.source_Tensor", at::native::set_tensor_);
-  m.impl("set_.source_Storage", at::native::set_);
-  m.impl("set_.source_Storage_storage_offset", at::native::set_storage_cpu_);
+  m.impl("set_.source_Storage", at::native::set_);  // which calls the next one
+  m.impl("set_.source_Storage_storage_offset", set_storage);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
