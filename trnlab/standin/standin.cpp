@@ -1,6 +1,6 @@
 // STAND-IN neuron device (trnlab.standin): PyTorch's PrivateUse1 backend, tensors in host memory, every op run by
-// its CPU kernel on that memory (a boxed fallback; out= ops and conjugate, negative or non-strided tensors: PyTorch's
-// CPU fallback, which copies). Not Trainium. After PyTorch's test backend "openreg"
+// its CPU kernel on that memory (a boxed fallback; conjugate, negative or non-strided tensors: PyTorch's CPU fallback,
+// which copies). Not Trainium. After PyTorch's test backend "openreg"
 // (test/cpp_extensions/open_registration_extension); autocast lists as TorchNeuron's torch_neuronx/csrc/amp.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -248,9 +248,9 @@ at::Tensor& set_empty(at::Tensor& self) {  // set_(): an empty storage on self's
                                         &g_alloc, true), 0, {0}, {});
 }
 
-// Every op without a kernel of its own (out= ops and unusual tensors aside): its CPU kernel, run on host views of the
-// neuron tensors, so inputs are not copied and in-place ops write the device's bytes; new outputs are moved to the
-// device, views stay views.
+// Every op without a kernel of its own: its CPU kernel, run on host views of the neuron tensors, so inputs are not
+// copied and in-place and out= ops write the device's bytes; new outputs are moved to the device, views stay views.
+// Conjugate, negative or non-strided tensors: PyTorch's cpu_fallback, which copies.
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size(), begin = stack->size() - n;
