@@ -22,7 +22,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -187,12 +186,16 @@ c10::Storage host_storage(const c10::Storage& storage) {
                       at::DataPtr(storage.mutable_data(), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true);
 }
 
+// `made` (a new tensor on some storage) given `like`'s sizes, strides and storage offset.
+at::Tensor shaped(at::Tensor made, const at::Tensor& like) {
+  made.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return made;
+}
+
 // t as a CPU tensor on `bytes` (t's storage as host_storage), with t's geometry.
 at::Tensor host_view(const at::Tensor& t, c10::Storage bytes) {
-  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                       t.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return view;
+  return shaped(at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                         t.dtype()), t);
 }
 
 at::Tensor host_view(const at::Tensor& t) { return t.is_cpu() ? t : host_view(t, host_storage(t.storage())); }
@@ -232,9 +235,7 @@ at::Tensor to_neuron(at::Tensor cpu, DeviceIndex d) {
   const size_t n = cpu.storage().nbytes();
   c10::Storage bytes(c10::Storage::use_byte_size_t(), n, adopt(cpu.storage().unsafeGetStorageImpl(), d), &g_alloc,
                      true);
-  auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), kKeys, cpu.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
-  return out;
+  return shaped(at::detail::make_tensor<c10::TensorImpl>(std::move(bytes), kKeys, cpu.dtype()), cpu);
 }
 
 at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, at::IntArrayRef size,
@@ -328,12 +329,9 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (auto& [t, view] : held)
       if (r.is_same(view)) return t;  // in-place and out= ops return their argument
     for (auto& [t, view] : held)      // a view of an argument: the same view of the neuron tensor, in r's dtype
-      if (shares(r, view)) {  // (its storage: that of every neuron tensor with this host storage)
-        auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(t.storage()),
-                                                              t.key_set(), r.dtype());
-        alias.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
-        return alias;
-      }
+      if (shares(r, view))
+        return shaped(at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(t.storage()),
+                                                               t.key_set(), r.dtype()), r);
     return to_neuron(std::move(r), *device);
   };
   const auto& returns = schema.returns();
