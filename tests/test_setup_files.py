@@ -48,7 +48,8 @@ def test_makefile_installs_a_pinned_torch_with_pip_then_the_project_with_uv_or_p
     torch_at = dry.index(f"{venv}/bin/python -m pip install -q --no-compile torch==2.13.0")
     uv_at = dry.index(f"{venv}/bin/python -m uv pip install -q --python {venv}/bin/python --compile-bytecode -e .")
     fallback_at = dry.index(f"{venv}/bin/python -m pip install -q -e .")
-    assert torch_at < uv_at < fallback_at < dry.index(f"touch {venv}/.trnlab-installed"), dry
+    compile_at = dry.index(f"{venv}/bin/python -m compileall -qq -j0 {venv}/lib")  # torch was installed uncompiled
+    assert torch_at < uv_at < fallback_at < compile_at < dry.index(f"touch {venv}/.trnlab-installed"), dry
 
 
 def test_ci_runs_the_readme_test_command():
@@ -85,3 +86,15 @@ def test_readme_settings_tables_list_every_variable_the_notebooks_and_package_re
     assert read, "no TRNLAB_ variable found: the scan is broken"
     assert read - listed == set(), f"add to the README's settings tables: {sorted(read - listed)}"
     assert listed - read == set(), f"the README lists variables nothing reads: {sorted(listed - read)}"
+
+
+def test_the_environments_modules_are_byte_compiled():
+    # Where PYTHONDONTWRITEBYTECODE is set (CI images often set it), a module without a .pyc is compiled
+    # again by every process that imports it: torch alone would cost each notebook kernel and rank seconds.
+    import importlib.util
+
+    import torch
+    import transformers
+
+    for module in (torch, transformers, torch.nn.modules.module):
+        assert Path(importlib.util.cache_from_source(module.__file__)).exists(), f"{module.__name__} has no .pyc"
