@@ -39,17 +39,61 @@ def test_course_dependencies_and_torch_not_pinned():
     assert project["torch"].specifier.contains("2.13.0")
 
 
-def test_makefile_installs_a_pinned_torch_with_pip_then_the_project_with_uv_or_pip(tmp_path):
+# A stand-in for `python3`: `-m venv DIR` makes DIR/bin/python, a copy of this script that logs each
+# command it is given (one line, arguments in brackets) and plays torch and playwright missing, uv failing if told,
+# pip installing uv as bin/uv and uninstalling it.
+_FAKE_PYTHON = r"""#!/bin/sh
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0; fi
+bin=$(dirname "$0"); line=""; for a in "$@"; do line="$line[$a]"; done; echo "$line" >> "$bin/../log"
+case "$line" in
+  "[-c][import "*) exit 1 ;;
+  "[-m][pip][install][-q][uv]") touch "$bin/uv" ;;
+  "[-m][pip][uninstall]"*) rm -f "$bin/uv" ;;
+  "[-m][uv]"*) [ -z "$UV_FAILS" ] || exit 2 ;;
+esac
+exit 0
+"""
+
+
+def _make_setup(tmp_path, *args, **env):
+    """``make setup browser-deps`` on a fresh machine whose python is :data:`_FAKE_PYTHON`: each command run."""
+    import os
     import subprocess
 
-    venv = tmp_path / "venv"   # none yet: the Makefile's own set-up, as on a fresh machine (dry run)
-    dry = subprocess.run(["make", "-n", "setup", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    torch_at = dry.index(f"{venv}/bin/python -m pip install -q --no-compile torch==2.13.0")
-    uv_at = dry.index(f"{venv}/bin/python -m uv pip install -q --python {venv}/bin/python --compile-bytecode -e .")
-    fallback_at = dry.index(f"{venv}/bin/python -m pip install -q -e .")
-    compile_at = dry.index(f"{venv}/bin/python -m compileall -qq -j0 {venv}/lib")  # torch was installed uncompiled
-    assert torch_at < uv_at < fallback_at < compile_at < dry.index(f"touch {venv}/.trnlab-installed"), dry
+    fake = tmp_path / "python3"
+    fake.write_text(_FAKE_PYTHON)
+    fake.chmod(0o755)
+    venv = tmp_path / "venv"
+    environ = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    done = subprocess.run(["make", "--no-print-directory", "setup", "browser-deps", f"VENV={venv}", f"PYTHON={fake}",
+                           *args], cwd=ROOT, capture_output=True, text=True, env={**environ, **env})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (venv / ".trnlab-installed").exists()
+    return (venv / "log").read_text().splitlines(), done.stdout
+
+
+def test_make_setup_installs_a_pinned_torch_with_pip_then_the_course_with_uv_and_compiles_it(tmp_path):
+    log, _ = _make_setup(tmp_path)
+    lib = tmp_path / "venv" / "lib"
+    assert log[:5] == ["[-c][import torch]", "[-m][pip][install][-q][--no-compile][torch==2.13.0]",
+                       "[-m][pip][install][-q][uv]",
+                       f"[-m][uv][pip][install][-q][--python][{tmp_path}/venv/bin/python][--compile-bytecode][-e][.]",
+                       f"[-m][compileall][-q][-j0][-x][/torch/testing/_internal/py312_intrinsics\\.py$][{lib}]"]
+    assert "[-m][uv][pip][install]" in log[6] and log[6].endswith("[playwright>=1.40]"), log   # browser-deps: uv too
+
+
+def test_where_uv_cannot_install_pip_does_and_browser_deps_uses_pip(tmp_path):
+    log, out = _make_setup(tmp_path, UV_FAILS="1")
+    assert "uv could not install the course (above): installing with pip instead" in out
+    assert log[3:7] == [f"[-m][uv][pip][install][-q][--python][{tmp_path}/venv/bin/python][--compile-bytecode][-e][.]",
+                        "[-m][pip][uninstall][-q][-y][uv]", "[-m][pip][install][-q][-e][.]", log[6]]
+    assert log[6].startswith("[-m][compileall]") and log[8] == "[-m][pip][install][-q][playwright>=1.40]", log
+
+
+def test_a_torch_range_given_as_torch_spec_stays_one_argument(tmp_path):
+    log, _ = _make_setup(tmp_path, "TORCH_SPEC=torch>=2.13,<2.15 --index-url https://example.invalid/cpu")
+    assert log[1] == "[-m][pip][install][-q][--no-compile][torch>=2.13,<2.15][--index-url][https://example.invalid/cpu]"
+    assert not list(ROOT.glob("=*"))   # no file named after half a range: the shell redirected nothing
 
 
 def test_ci_runs_the_readme_test_command():
