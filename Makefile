@@ -94,6 +94,11 @@ setup:
 	  echo "make setup: installing nothing; install a matching version yourself (on Trainium: the Neuron build of torch)."; \
 	  exit 1; \
 	fi; \
+	if $(if $(filter file,$(origin PIP)),! $(BIN)/python -c "import pip" 2>/dev/null,false); then \
+	  echo "$$todo" | sed 's/^torch$$/torch is not installed/; s/^/make setup: /'; \
+	  echo "make setup: $(VENV) has no pip to install them with (uv makes environments without it): add it with"; \
+	  echo "  $(BIN)/python -m ensurepip"; echo "then run make again, or install them yourself."; exit 1; \
+	fi; \
 	if echo "$$todo" | grep -qx torch; then \
 	  echo "make setup: torch is not installed in $(VENV): running pip install $(TORCH_SPEC)"; \
 	  $(PIP) install -q $(TORCH_ARGS) || exit 1; \

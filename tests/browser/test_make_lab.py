@@ -65,3 +65,15 @@ def test_the_shipped_lab_settings_turn_off_the_news_prompt():
     overrides = json.loads((ROOT / "jupyter" / "labconfig" / "default_setting_overrides.json").read_text())
     assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
     assert shutil.which("make")
+
+
+def test_make_setup_in_a_foreign_env_without_pip_says_how_to_add_it(tmp_path):
+    venv = _foreign_venv(tmp_path, with_packages=False)  # no packages at all: no pip either, as uv makes them
+    before = sorted(p.name for p in venv.iterdir())
+    result = _make("setup", f"VENV={venv}")
+    assert result.returncode != 0
+    assert result.stdout.splitlines() == [
+        "make setup: torch is not installed", "make setup: trnlab is not installed",
+        f"make setup: {venv} has no pip to install them with (uv makes environments without it): add it with",
+        f"  {venv}/bin/python -m ensurepip", "then run make again, or install them yourself."], result.stdout
+    assert sorted(p.name for p in venv.iterdir()) == before
