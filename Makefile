@@ -26,8 +26,9 @@ UV_INSTALL := $(BIN)/python -m uv pip install -q --python $(BIN)/python --compil
 TORCH_ARGS = $(foreach word,$(TORCH_SPEC),'$(word)')
 # An environment this Makefile did not create: it has a python but no stamp of ours.
 EXISTING_ENV := $(if $(wildcard $(BIN)/python),$(if $(wildcard $(STAMP)),,yes))
-# What installs into $(VENV) once it is set up: uv where this Makefile brought it, else pip.
-INSTALL = $(if $(and $(if $(EXISTING_ENV),,yes),$(wildcard $(BIN)/uv)),$(UV_INSTALL),$(PIP) install -q)
+# What installs into $(VENV) once it is set up: pip in an existing environment; uv where this Makefile
+# brought it (not where it fell back to pip).
+INSTALL = $(if $(EXISTING_ENV),$(PIP) install -q,$(if $(wildcard $(BIN)/uv),$(UV_INSTALL),$(PIP) install -q))
 
 .PHONY: setup browser-deps lab test notebooks model clean
 
