@@ -50,10 +50,10 @@ BRANCHES = {
     "trnlab/device.py:core_holders_notice": STANDIN,
     "trnlab/doctor.py:_Machine.gather": STANDIN,
     "trnlab/doctor.py:device_report": STANDIN,
-    "trnlab/launcher.py:_cpu_plan": STANDIN,
+    "trnlab/launcher.py:_cpu_plan":
+        "tests/test_launch.py::test_an_explicit_cpu_device_gives_cpu_processes_where_an_accelerator_exists",
     "trnlab/launcher.py:plan_processes": STANDIN,
-    "trnlab/launcher.py:plan_processes#2":
-        "tests/test_launch.py::test_neuron_plan_is_one_process_per_visible_neuroncore",
+    "trnlab/launcher.py:plan_processes#2": STANDIN,
     "trnlab/launcher.py:_launch_command": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/launcher.py:launch": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/training.py:precision_choice": STANDIN,
@@ -304,12 +304,13 @@ def _describe(key: str, b: Branch) -> str:
 def test_the_stand_in_runs_the_notebooks_trnlab_paths_on_a_neuron_device(standin_run):
     facts = standin_run["facts"]
     assert facts["standin"] and facts["device"] == "neuron:0" and facts["report_backend"] == "neuron"
-    assert "Using neuron: 1 NeuronCore(s) visible (STAND-IN neuron device" in facts["setup"]  # pick_device's arm
+    assert "Using neuron: 4 NeuronCore(s) visible (STAND-IN neuron device" in facts["setup"]  # pick_device's arm
     assert facts["failed_checks"] == []
     assert (facts["device_map_auto"], facts["device_map_warned"], facts["device_map"]) == ("neuron", True, "neuron:0")
     assert (facts["dtype"], facts["backend"], facts["compile_config"]) == ("torch.bfloat16", "neuron", "None")
     assert facts["memory"].startswith("neuron:0: ") and "allocated by tensors now" in facts["memory"]
-    assert facts["plan"].startswith("4 process(es) on cpu, backend gloo: fell back to CPU: the STAND-IN")
+    assert facts["plan"].startswith("4 process(es) on neuron, backend neuron: one process per NeuronCore, 4 visible")
+    assert "STAND-IN: each rank's core is host memory, its collectives gloo's" in facts["plan"]
     assert facts["model_device"] == facts["args_device"] == "neuron:0" and facts["args_backend"] == "neuron"
     assert facts["precision"].startswith("bf16=True: every Trainium generation computes in bfloat16 natively")
     assert (facts["graphs"], facts["output_device"]) == (0, "cpu")  # generate's output comes back to the CPU

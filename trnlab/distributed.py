@@ -202,7 +202,9 @@ def batch_loss(model, batch: dict) -> float:
 def greedy_text(model, tokenizer, prompt: str, max_new_tokens: int = 20) -> str:
     """Greedy continuation of ``prompt``; sharded models need every rank to call it together."""
     model.eval()
-    inputs = tokenizer(prompt, return_tensors="pt")
+    # On a device mesh generate all-reduces "finished?" flags on input_ids' device, and the STAND-IN neuron process
+    # group (whether TorchNeuron's does is not documented) takes neuron tensors only: inputs on the model's device.
+    inputs = tokenizer(prompt, return_tensors="pt").to(model.device)
     with torch.no_grad():
         out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
     reshard(model)

@@ -27,7 +27,8 @@ from trnlab.device import (_backend_available, core_holders_notice, detect_backe
 from trnlab.models import load_config, _text_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
-from trnlab.settings import _DEFAULT_INSTANCE, LaunchError, PlanError, SettingError, whole_number
+from trnlab.settings import (_DEFAULT_INSTANCE, _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError,
+                             whole_number)
 
 __all__ = ["GiB", "INSTANCES", "Instance", "get_instance", "validate_parallel_sizes", "plan_processes",
            "torchrun_command", "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes",
@@ -251,9 +252,6 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
     nproc = None if nproc is None else whole_number("nproc", nproc)
     if device == "cpu":
         return _cpu_plan(nproc, "" if detect_backend() == "cpu" else "device cpu was asked for, so ")
-    if device == "neuron" and getattr(_neuron_module(), "standin", False):
-        return _cpu_plan(nproc, "fell back to CPU: the STAND-IN neuron device has no collectives (no `neuron` "
-                                "process group), so ")
     if not _backend_available(device):
         raise SettingError(f"device={device!r} was requested but this machine has none: leave device=None to use what "
                            "is here")
@@ -276,7 +274,12 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
     reason = f"one process per {what}, {visible} visible ({source})"
     if chosen < visible:
         reason += f"; {visible - chosen} left idle because the mesh needs {chosen}"
-    return ProcessPlan(device, _DIST_BACKENDS[device], chosen, visible, reason)
+    env = {}
+    if device == "neuron" and getattr(_neuron_module(), "standin", False):  # the ranks start it too, sharing the CPUs
+        threads = max(1, (os.cpu_count() or 1) // chosen)
+        env = {_NEURON_STANDIN_ENV_VAR: "1", "OMP_NUM_THREADS": str(threads)}
+        reason += (f"; STAND-IN: each rank's core is host memory, its collectives gloo's, OMP_NUM_THREADS={threads}")
+    return ProcessPlan(device, _DIST_BACKENDS[device], chosen, visible, reason, env)
 
 
 # Commands

@@ -4,6 +4,7 @@ counts graphs as TorchNeuron's AOTAutograd does. Not Trainium's speed, numerics 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.abc
@@ -32,7 +33,7 @@ STANDIN_NOTICE = ("STAND-IN neuron device: host memory and CPU kernels, not Trai
                   "nothing measured here is Trainium's")
 #: ``torch_neuronx.__version__`` on the stand-in.
 STANDIN_VERSION = "0.0.0+trnlab.standin"
-_SOURCE = Path(__file__).with_name("standin.cpp")
+_SOURCES = [Path(__file__).with_name(name) for name in ("standin.cpp", "c10d.cpp")]
 _NAME = "trnlab_neuron_standin"
 _CFLAGS = ["-O1"]  # at -O0 the fallback costs more than a small op's CPU kernel; -O2 builds 40% longer, no faster
 _loaded = []  # the extension, once loaded: its kernels register once per process
@@ -43,7 +44,7 @@ def cache_dir() -> Path:
     """Where the extension is built: ``$XDG_CACHE_HOME/trnlab/standin/<torch>-<python>-<source and flags hash>``."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     key = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-"
-    digest = hashlib.sha256(_SOURCE.read_bytes() + str(_CFLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES) + str(_CFLAGS).encode()).hexdigest()[:12]
     return base / "trnlab" / "standin" / (key + digest)
 
 
@@ -74,9 +75,10 @@ def _extension():
 
         folder.mkdir(parents=True, exist_ok=True)
         try:  # load() locks the folder: processes starting together build once
-            module = cpp_extension.load(_NAME, [str(_SOURCE)], extra_cflags=_CFLAGS, build_directory=str(folder))
+            module = cpp_extension.load(_NAME, [str(p) for p in _SOURCES], extra_cflags=_CFLAGS,
+                                        build_directory=str(folder))
         except Exception as error:
-            raise NotAvailableError(f"building {_SOURCE} in {folder} failed: {error}; it needs a C++20 compiler "
+            raise NotAvailableError(f"building {_SOURCES[0].parent} in {folder} failed: {error}; it needs a C++20 compiler "
                                "(apt-get install g++) and ninja (pip install ninja)") from error
         (folder / "ready").write_text(f"torch {torch.__version__}\n")
     _loaded.append(module)
@@ -93,12 +95,13 @@ class StandInNeuronModule(types.ModuleType):
 
     standin = True
 
-    def __init__(self, extension, cores: int):
+    def __init__(self, extension, cores: int, rank_device: int | None = None):
         super().__init__("torch.neuron", STANDIN_NOTICE)
         self._extension, self.cores = extension, cores
+        self._indices = range(cores) if rank_device is None else [rank_device]  # a torchrun rank has its one core
 
     def __repr__(self) -> str:
-        return f"<module 'torch.neuron' ({STANDIN_NOTICE}; {self.cores} device(s))>"
+        return f"<module 'torch.neuron' ({STANDIN_NOTICE}; {self.device_count()} device(s))>"
 
     class device:  # noqa: N801 (torch.cuda.device's name; torch.utils.checkpoint enters it)
         """Inside the block, ``device`` is the current stand-in device."""
@@ -117,7 +120,7 @@ class StandInNeuronModule(types.ModuleType):
         return self.device_count() > 0
 
     def device_count(self) -> int:
-        return self.cores
+        return self._extension.device_count()
 
     def current_device(self) -> int:
         return torch.accelerator.current_device_index()
@@ -147,7 +150,7 @@ class StandInNeuronModule(types.ModuleType):
         self._generator().manual_seed(int(seed))
 
     def manual_seed_all(self, seed: int) -> None:
-        for index in range(self.cores):
+        for index in self._indices:
             self._generator(index).manual_seed(int(seed))
 
     def get_rng_state(self, device=None) -> torch.Tensor:
@@ -157,11 +160,34 @@ class StandInNeuronModule(types.ModuleType):
         self._generator(device).set_state(state)
 
     def get_rng_state_all(self) -> list[torch.Tensor]:
-        return [self.get_rng_state(index) for index in range(self.cores)]
+        return [self.get_rng_state(index) for index in self._indices]
 
     def set_rng_state_all(self, states) -> None:
-        for index, state in enumerate(states):
+        for index, state in zip(self._indices, states):
             self.set_rng_state(state, index)
+
+    class Stream(torch.Stream):
+        """A stream on a STAND-IN device: one synchronous stream, so waits and records return at once."""
+
+        def __new__(cls, device=None, priority: int = 0):
+            return super().__new__(cls, device=torch.device("neuron", _index(device)), priority=priority)
+
+    class Event(torch.Event):
+        """An event on a STAND-IN device: complete as soon as it is recorded."""
+
+        def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+            return super().__new__(cls, device=torch.device("neuron", _index(None)), enable_timing=enable_timing,
+                                   blocking=blocking, interprocess=interprocess)
+
+    def current_stream(self, device=None) -> torch.Stream:
+        return torch.accelerator.current_stream(_index(device))
+
+    def default_stream(self, device=None) -> torch.Stream:
+        return torch.accelerator.current_stream(_index(device))
+
+    def stream(self, stream):
+        """``with torch.neuron.stream(s):`` (every stand-in stream is the device's one synchronous stream)."""
+        return contextlib.nullcontext(stream)
 
     def is_bf16_supported(self) -> bool:
         return True
@@ -240,6 +266,46 @@ def neuron_backend(gm, example_inputs, *, options=None, mode="default"):
     return _compat.aot_autograd(fw_compiler=compile_graph, keep_inference_input_mutations=True)(gm, example_inputs)
 
 
+_CLAIMED: list[int] = []  # the NeuronCore this rank claimed with its first `neuron` process group
+
+
+def _claim_core(store, rank: int) -> None:
+    """What TorchNeuron's process group does first in a rank: one visible NeuronCore, ``LOCAL_RANK``'s when unset,
+    claimed before the runtime starts. Two ranks of a node on one core raise here, as the real runtime refuses them."""
+    from trnlab.rank_cores import _VISIBLE_CORES_VAR, _parse_core_list
+
+    local_rank = torch.neuron.current_device()
+    visible = os.environ.get(_VISIBLE_CORES_VAR, "").strip() or os.environ.setdefault(_VISIBLE_CORES_VAR,
+                                                                                     str(local_rank))
+    cores = _parse_core_list(visible)
+    if len(cores) != 1:
+        raise RuntimeError(f"{_VISIBLE_CORES_VAR}={visible} gives rank {rank} {len(cores)} NeuronCores, and the "
+                           "neuron process group takes one per process: unset it (rank i then takes core i), or "
+                           f"give each rank its own: python -m trnlab launch --neuron-cores {visible} ... "
+                           "(STAND-IN, as TorchNeuron asserts)")
+    if torch.accelerator.max_memory_allocated(local_rank):
+        raise RuntimeError("a tensor was put on neuron before init_process_group, which starts the Neuron runtime "
+                           "too early: create the process group first, then move tensors and models to the device "
+                           "(STAND-IN, as TorchNeuron asserts)")
+    node = os.environ.get("GROUP_RANK", "0")
+    if (holders := store.add(f"trnlab-standin/node{node}/core{cores[0]}", 1)) > 1:
+        raise RuntimeError(f"NeuronCore {cores[0]} of node {node} is claimed by {holders} ranks (rank {rank} is the "
+                           f"last; {_VISIBLE_CORES_VAR}={visible}): give each rank its own core, e.g. python -m "
+                           "trnlab launch --neuron-cores ... (STAND-IN; the Neuron runtime refuses a held core)")
+    _CLAIMED.append(cores[0])
+
+
+def _create_process_group(options, backend_options=None):
+    """The STAND-IN ``neuron`` c10d backend (``init_process_group("neuron")``, ``init_device_mesh("neuron", ...)``):
+    gloo's collectives on the host memory of this rank's one device. Not NeuronLink, EFA or Trainium's numerics."""
+    import torch.distributed as dist
+
+    if not _CLAIMED:
+        _claim_core(options.store, options.group_rank)
+    gloo = dist.ProcessGroupGloo(options.store, options.group_rank, options.group_size, options.timeout)
+    return _extension().NeuronBackend(gloo, torch.neuron.current_device())
+
+
 class _OnDynamoImport(importlib.abc.MetaPathFinder):
     """Registers :func:`neuron_backend` right after ``torch._dynamo`` is imported: starting imports no dynamo."""
 
@@ -271,9 +337,11 @@ def _real_torchneuron() -> str | None:
     return None
 
 
-def enable(cores: int = 1) -> StandInNeuronModule:
-    """Start the STAND-IN neuron device with ``cores`` devices (before a library picks one); returns ``torch.neuron``.
-    Beside a real TorchNeuron or without a compiler it raises :class:`NotAvailableError` and changes nothing."""
+def enable(cores: int = 4) -> StandInNeuronModule:
+    """Start the STAND-IN neuron device with ``cores`` devices (4: a trn2.3xlarge) and its ``neuron`` process group;
+    returns ``torch.neuron``. In a torchrun rank its one device is ``neuron:<LOCAL_RANK>``, as TorchNeuron's. Beside a
+    real TorchNeuron or without a compiler it raises :class:`NotAvailableError` and changes nothing."""
+    local_rank = os.environ.get("LOCAL_RANK", "").strip()  # torchrun's: the rank sees one core, neuron:<LOCAL_RANK>
     current = torch.__dict__.get("neuron")
     if isinstance(current, StandInNeuronModule):
         if current.cores != cores:
@@ -285,15 +353,17 @@ def enable(cores: int = 1) -> StandInNeuronModule:
                                 f"Use the real neuron device and unset {_NEURON_STANDIN_ENV_VAR} (torch-neuronx 1.0 "
                                 "from PyPI is a 2022 placeholder: pip uninstall torch-neuronx)")
     if not 1 <= cores <= 64:
-        raise NotAvailableError(f"cores={cores}: give 1 to 64 (1: one NeuronCore, what each torchrun rank sees)")
+        raise NotAvailableError(f"cores={cores}: give 1 to 64 (4: a trn2.3xlarge; 1: what each torchrun rank sees)")
     try:
         extension = _extension()
     except NotAvailableError as error:
         raise NotAvailableError(f"the STAND-IN neuron device cannot start: {error}") from error
     extension.set_device_count(cores)
+    if local_rank:
+        extension.set_rank_device(int(local_rank), int(os.environ.get("LOCAL_WORLD_SIZE", int(local_rank) + 1)))
     if _compat.privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
-    module = StandInNeuronModule(extension, cores)
+    module = StandInNeuronModule(extension, cores, int(local_rank) if local_rank else None)
     if current is None:
         _compat.register_device_module("neuron", module)
     else:  # a torch.neuron left by an earlier enable(): replace it
@@ -308,6 +378,10 @@ def enable(cores: int = 1) -> StandInNeuronModule:
         _compat.register_dynamo_backend("neuron", neuron_backend)
     elif not any(isinstance(finder, _OnDynamoImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _OnDynamoImport())
+    import torch.distributed as dist
+
+    if dist.is_available() and not hasattr(dist.Backend, "NEURON"):
+        dist.Backend.register_backend("neuron", _create_process_group, extended_api=True, devices=["neuron"])
     _compat.clear_detection_caches()
     print(STANDIN_NOTICE, file=sys.stderr)
     return module

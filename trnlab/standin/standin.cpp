@@ -22,6 +22,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -33,9 +34,13 @@ using Stats = c10::CachingDeviceAllocator::DeviceStats;
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 constexpr int kMaxDevices = 64;
 DeviceIndex g_count = 1;                // set from Python before the first tensor
-thread_local DeviceIndex g_current = 0;  // per thread, as CUDA's current device
+DeviceIndex g_rank = -1;                // in a torchrun rank: its one device, neuron:<LOCAL_RANK>, as TorchNeuron's
+thread_local DeviceIndex t_current = -1;  // per thread, as CUDA's current device; -1: not set in this thread
+DeviceIndex current() { return t_current >= 0 ? t_current : std::max<DeviceIndex>(g_rank, 0); }
 
 DeviceIndex checked(DeviceIndex d) {
+  TORCH_CHECK(g_rank < 0 || d == g_rank, "STAND-IN neuron:", int(d), " is not this process's device: a torchrun "
+              "rank has one NeuronCore, neuron:", int(g_rank), " (its LOCAL_RANK), as TorchNeuron gives it");
   TORCH_CHECK(d >= 0 && d < g_count, "STAND-IN neuron:", int(d), " does not exist: there are ", int(g_count),
               " (trnlab.standin.enable(cores=...))");
   return d;
@@ -67,8 +72,8 @@ struct StandInAllocator final : c10::DeviceAllocator {
     return {p, new Block{std::move(memory), n, d}, &release, c10::Device(kNeuron, d)};
   }
   at::DataPtr allocate(size_t n) override {
-    if (n == 0) return {nullptr, c10::Device(kNeuron, g_current)};
-    return hold(c10::GetCPUAllocator()->allocate(n), n, g_current);
+    if (n == 0) return {nullptr, c10::Device(kNeuron, current())};
+    return hold(c10::GetCPUAllocator()->allocate(n), n, current());
   }
   static void release(void* block);
   at::DeleterFnPtr raw_deleter() const override { return nullptr; }  // no raw_allocate(): blocks carry a context
@@ -109,9 +114,9 @@ struct StandInGuard final : c10::impl::DeviceGuardImplInterface {
     setDevice(d);
     return old;
   }
-  c10::Device getDevice() const override { return {kNeuron, g_current}; }
-  void setDevice(c10::Device d) const override { g_current = checked(d.index()); }
-  void uncheckedSetDevice(c10::Device d) const noexcept override { g_current = d.index(); }
+  c10::Device getDevice() const override { return {kNeuron, current()}; }
+  void setDevice(c10::Device d) const override { t_current = checked(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { t_current = d.index(); }
   Stream getStream(c10::Device d) const override { return Stream(Stream::DEFAULT, d); }
   Stream getDefaultStream(c10::Device d) const override { return Stream(Stream::DEFAULT, d); }
   Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return Stream(Stream::DEFAULT, d); }
@@ -141,7 +146,7 @@ const at::Generator& default_generator(DeviceIndex d) {
     for (int i = 0; i < kMaxDevices; i++) made.push_back(at::make_generator<StandInGenerator>(i));
     return made;
   }();
-  return all[checked(d < 0 ? g_current : d)];
+  return all[checked(d < 0 ? current() : d)];
 }
 
 struct StandInHooks final : at::PrivateUse1HooksInterface {
@@ -150,15 +155,28 @@ struct StandInHooks final : at::PrivateUse1HooksInterface {
   bool hasPrimaryContext(DeviceIndex) const override { return true; }
   const at::Generator& getDefaultGenerator(DeviceIndex d) const override { return default_generator(d); }
   at::Generator getNewGenerator(DeviceIndex d) const override {
-    return at::make_generator<StandInGenerator>(d < 0 ? g_current : d);
+    return at::make_generator<StandInGenerator>(d < 0 ? current() : d);
   }
-  at::Device getDeviceFromPtr(void*) const override { return {kNeuron, g_current}; }
+  at::Device getDeviceFromPtr(void*) const override { return {kNeuron, current()}; }
   bool isPinnedPtr(const void*) const override { return false; }
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   DeviceIndex deviceCount() const override { return g_count; }
-  void setCurrentDevice(DeviceIndex d) const override { g_current = checked(d); }
-  DeviceIndex getCurrentDevice() const override { return g_current; }
-  DeviceIndex exchangeDevice(DeviceIndex d) const override { return std::exchange(g_current, checked(d)); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t n) const override {  // FSDP2 frees and refills
+    auto* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "STAND-IN neuron: this storage is not resizable");
+    const c10::DeviceGuard guard(storage.device());  // the new memory counts on the storage's device
+    at::DataPtr fresh = g_alloc.allocate(n);
+    if (const size_t kept = std::min(n, impl->nbytes())) std::memcpy(fresh.get(), impl->data(), kept);
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(n);
+  }
+  void setCurrentDevice(DeviceIndex d) const override { t_current = checked(d); }
+  DeviceIndex getCurrentDevice() const override { return current(); }
+  DeviceIndex exchangeDevice(DeviceIndex d) const override {
+    const DeviceIndex old = current();
+    t_current = checked(d);
+    return old;
+  }
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
 };
 
@@ -286,6 +304,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return held.back().second;
   };
   std::vector<std::pair<size_t, c10::IValue>> lists;  // original tensor lists, to return for mutated ones
+  std::vector<std::pair<at::Generator, at::Generator>> generators;  // (neuron generator, the CPU one in its place)
   for (size_t i = begin; i < stack->size(); i++) {
     auto& value = (*stack)[i];
     if (value.isTensor()) {
@@ -300,12 +319,19 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       c10::List<std::optional<at::Tensor>> views;
       for (const auto& t : value.toOptionalTensorVector()) views.push_back(t ? std::optional(view_of(*t)) : t);
       value = std::move(views);
+    } else if (value.isGenerator() && value.toGenerator().device().type() == kNeuron) {
+      // The CPU kernel takes only CPU generators: one with this generator's state, handed back after the call.
+      auto cpu = at::make_generator<at::CPUGeneratorImpl>();
+      cpu.set_state(value.toGenerator().get_state());
+      generators.emplace_back(value.toGenerator(), cpu);
+      value = cpu;
     } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
       device = value.toDevice().index();
       value = c10::Device(c10::kCPU);
     }
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (auto& [neuron, cpu] : generators) neuron.set_state(cpu.get_state());
   for (auto& [neuron, bytes] : storages)  // an out= kernel grew it into new CPU memory: the neuron storage takes that
     if (bytes.data() != neuron.data()) {
       const size_t size = bytes.nbytes();
@@ -363,6 +389,15 @@ void set_device_count(int count) {
   g_count = static_cast<DeviceIndex>(count);
 }
 
+// A torchrun rank: neuron:<local_rank> is its only device, and current; numbering as the node's ranks (autograd keeps
+// a queue per index below the device count).
+void set_rank_device(int local_rank, int local_world_size) {
+  TORCH_CHECK(local_rank >= 0 && local_rank < local_world_size && local_world_size <= kMaxDevices,
+              "LOCAL_RANK must be 0 to LOCAL_WORLD_SIZE - 1, at most ", kMaxDevices - 1);
+  g_rank = t_current = static_cast<DeviceIndex>(local_rank);
+  g_count = static_cast<DeviceIndex>(local_world_size);
+}
+
 pybind11::object py_default_generator(int d) {
   return pybind11::reinterpret_steal<pybind11::object>(THPGenerator_initDefaultGenerator(default_generator(d)));
 }
@@ -413,8 +448,13 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {  // TorchNeuron's policy: PyT
 }
 }  // namespace at::autocast
 
+void register_c10d(pybind11::module& m);  // c10d.cpp: the `neuron` process group
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "STAND-IN neuron device: host memory and CPU kernels, not Trainium";
+  register_c10d(m);
   m.def("set_device_count", &set_device_count);
+  m.def("set_rank_device", &set_rank_device);
+  m.def("device_count", [] { return static_cast<int>(g_count); });
   m.def("default_generator", &py_default_generator);
 }
