@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib.metadata
 import io
 import os
 import re
@@ -27,6 +28,7 @@ import trnlab
 from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR, _cell_options as cell_options,
                                   _other_model as other_model, _parse_notebook_env as parse_notebook_env,
                                   _run_label as run_label, notebook_problems, sanitize)
+from trnlab.run_record import _record as make_record, describe_run, record_run, stored_run
 from trnlab.settings import _environment
 
 REPO = Path(__file__).resolve().parent.parent
@@ -497,3 +499,57 @@ def test_bundled_model_cells_run_unchecked_with_another_model_and_the_report_say
     assert f"{bundled}: " not in out.split("checked cells run unchecked")[1], out
     assert "4 failed, 7 passed" in out, out
 
+
+# --- device-dependent and dtype-dependent cells ----------------------------------------------
+
+def _record_output(device, dtype, standin=False):
+    """record_run's line as a kernel stores it (test_record_run_in_a_kernel checks the real one)."""
+    record = {"device": device, "dtype": dtype, "standin": standin}
+    return nbformat.v4.new_output("display_data", data={"text/plain": f"run record for nbval: {describe_run(record)}"},
+                                  metadata={"trnlab": {"run": record}})
+
+
+def test_record_run_outside_a_kernel_prints_its_line_and_names_the_stand_in(monkeypatch, capsys):
+    import torch
+
+    record = make_record("neuron:0", "torch.bfloat16", model="Qwen/Qwen3-0.6B")
+    assert {k: record[k] for k in ("device", "dtype", "standin", "model")} == {
+        "device": "neuron", "dtype": "bfloat16", "standin": False, "model": "Qwen/Qwen3-0.6B"}
+    assert record["torch"] == importlib.metadata.version("torch") and "torch-neuronx" not in record
+    assert record["trnlab"] == trnlab.__version__ and "transformers" in record
+    assert record_run("neuron:0", "torch.bfloat16") is None  # a notebook's last line: nothing more to display
+    monkeypatch.setattr(torch, "neuron", SimpleNamespace(standin=True), raising=False)
+    assert make_record("neuron", torch.bfloat16)["standin"] is True
+    assert make_record(torch.device("cpu"), torch.float32)["standin"] is False  # the stand-in is a neuron device
+    record_run("neuron", torch.bfloat16)
+    record_run(torch.device("cpu"), torch.float32)
+    assert capsys.readouterr().out.splitlines() == ["run record for nbval: neuron, bfloat16",
+                                                    "run record for nbval: neuron (STAND-IN), bfloat16",
+                                                    "run record for nbval: cpu, float32"]
+
+
+def test_setup_records_its_device_and_the_dtype_setting(monkeypatch, capsys):
+    monkeypatch.setenv("TRNLAB_DTYPE", "bfloat16")
+    monkeypatch.delenv("TRNLAB_MODEL", raising=False)
+    trnlab.setup("cpu")
+    monkeypatch.setenv("TRNLAB_DTYPE", "auto")
+    trnlab.setup("cpu")
+    trnlab.setup("cpu", dtype="float32")  # a notebook that computes in one dtype whatever the setting says
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("run record")] == [
+        "run record for nbval: cpu, bfloat16", "run record for nbval: cpu, float32",
+        "run record for nbval: cpu, float32"]
+    assert lines[lines.index("device: cpu") + 1] == "run record for nbval: cpu, bfloat16"
+
+
+def test_stored_run_reads_the_first_recorded_output_then_the_notebooks_metadata():
+    declared = {"trnlab": {"run": {"device": "neuron:0", "dtype": "torch.bfloat16"}}}
+    plain = nbformat.v4.new_notebook(cells=[_cell("x", 1, [_stdout("x\n")])])
+    assert stored_run(plain) is None
+    plain.metadata.update(declared)  # written by hand
+    assert stored_run(plain) == {"device": "neuron", "dtype": "bfloat16", "standin": False}
+    recorded = nbformat.v4.new_notebook(cells=[_cell("setup", 1, [_stdout("a\n"), _record_output("cpu", "float32")]),
+                                               _cell("again", 2, [_record_output("cuda", "float32")])],
+                                        metadata=declared)
+    assert stored_run(recorded) == {"device": "cpu", "dtype": "float32", "standin": False}  # produced with the outputs
+    assert stored_run(nbformat.v4.new_notebook(metadata={"trnlab": {"run": {"device": "cpu"}}})) is None  # no dtype
