@@ -305,6 +305,7 @@ def test_the_stand_in_runs_the_notebooks_trnlab_paths_on_a_neuron_device(standin
     facts = standin_run["facts"]
     assert facts["standin"] and facts["device"] == "neuron:0" and facts["report_backend"] == "neuron"
     assert "Using neuron: 4 NeuronCore(s) visible (STAND-IN neuron device" in facts["setup"]  # pick_device's arm
+    assert "\nrun record for nbval: neuron (STAND-IN), bfloat16\n" in facts["setup"]  # what the plugin reads
     assert facts["failed_checks"] == []
     assert (facts["device_map_auto"], facts["device_map_warned"], facts["device_map"]) == ("neuron", True, "neuron:0")
     assert (facts["dtype"], facts["backend"], facts["compile_config"]) == ("torch.bfloat16", "neuron", "None")

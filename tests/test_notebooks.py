@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from trnlab.pytest_plugin import notebook_problems
+from trnlab.run_record import stored_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from sync_intros import intro_duration  # noqa: E402  (the tool that writes the figures into the intros)
@@ -66,6 +67,17 @@ def test_notebook_follows_the_plugin_rules(path):
     assert notebook_problems(path, require_all_executed=True) == []
 
 
+@pytest.mark.skip(reason="issue 31 item 5: enabled by whoever re-executes the notebooks on the stand-in "
+                         "(TRNLAB_NEURON_STANDIN=1 make notebooks); until then they are stored from CPU float32")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_outputs_come_from_the_stand_in_or_a_trn2(path):
+    run = stored_run(path)  # what trnlab.setup() recorded with the outputs (trnlab.run_record)
+    assert run is not None, f"{path.name}: no run record (trnlab.setup()'s line): re-execute it on the stand-in"
+    where = f"{path.name}: its outputs come from {run['device']}{' (STAND-IN)' if run.get('standin') else ''}"
+    assert run["device"] == "neuron", f"{where}: re-execute it with TRNLAB_NEURON_STANDIN=1 (make notebooks)"
+    assert run.get("standin") or run.get("torch-neuronx"), f"{where}, with no torch-neuronx to show a real trn2"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_starts_with_its_parameter_cell(path):
     first = _cells(path)[0]
@@ -94,10 +106,12 @@ def test_notebook_uses_trnlab_and_ends_with_what_to_remember(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_checked_cells_print_no_device_specific_line(path):
-    # A checked cell must hold on CPU, CUDA and neuron: no device names or backends pinned there.
+    # A checked cell must hold on CPU, CUDA and neuron: no device names or backends pinned there, unless it is tagged
+    # as depending on them (trnlab.pytest_plugin compares it only in a run on the device and dtype it was stored from).
     for cell in _cells(path):
         source = "".join(cell["source"])
-        if "# NBVAL_CHECK_OUTPUT" not in source:
+        tags = set(cell["metadata"].get("tags", []))
+        if "# NBVAL_CHECK_OUTPUT" not in source or tags & {"device-dependent", "dtype-dependent"}:
             continue
         text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
                        for o in cell["outputs"])

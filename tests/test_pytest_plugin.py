@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib.metadata
 import io
 import os
 import re
@@ -27,6 +28,7 @@ import trnlab
 from trnlab.pytest_plugin import (_BUNDLED_MODEL_DIR, _cell_options as cell_options,
                                   _other_model as other_model, _parse_notebook_env as parse_notebook_env,
                                   _run_label as run_label, notebook_problems, sanitize)
+from trnlab.run_record import _record as make_record, describe_run, record_run, stored_run
 from trnlab.settings import _environment
 
 REPO = Path(__file__).resolve().parent.parent
@@ -424,6 +426,8 @@ def test_strict_nbval_passes_on_a_trainer_notebook_because_of_the_course_pattern
     assert result.startswith("TrainOutput(global_step=2, ") and "metrics={'train_runtime': " in result, result
     assert "  train_runtime            = 0:00:0" in nb.cells[2].outputs[0]["text"], nb.cells[2].outputs
     assert "'total_flos': " in nb.cells[2].outputs[-1]["data"]["text/plain"]  # deterministic: compared
+    run = stored_run(path)  # trnlab.setup() recorded it with its outputs (a line that nbval, strict, never compares)
+    assert (run["device"], run["standin"], run["dtype"]) == ("cpu", False, "float32"), run
     # Stored by a slower machine: run_summary's whole seconds must not match by chance.
     summary = nb.cells[3].outputs[0]
     summary["text"] = re.sub(r" in (\d+) s on ", lambda m: f" in {int(m[1]) + 60} s on ", summary["text"], count=1)
@@ -497,3 +501,161 @@ def test_bundled_model_cells_run_unchecked_with_another_model_and_the_report_say
     assert f"{bundled}: " not in out.split("checked cells run unchecked")[1], out
     assert "4 failed, 7 passed" in out, out
 
+
+
+# --- device-dependent and dtype-dependent cells ----------------------------------------------
+
+def _record_output(device, dtype, standin=False):
+    """record_run's line as a kernel stores it (test_record_run_in_a_kernel checks the real one)."""
+    record = {"device": device, "dtype": dtype, "standin": standin}
+    return nbformat.v4.new_output("display_data", data={"text/plain": f"run record for nbval: {describe_run(record)}"},
+                                  metadata={"trnlab": {"run": record}})
+
+
+def test_record_run_outside_a_kernel_prints_its_line_and_names_the_stand_in(monkeypatch, capsys):
+    import torch
+
+    record = make_record("neuron:0", "torch.bfloat16", model="Qwen/Qwen3-0.6B")
+    assert {k: record[k] for k in ("device", "dtype", "standin", "model")} == {
+        "device": "neuron", "dtype": "bfloat16", "standin": False, "model": "Qwen/Qwen3-0.6B"}
+    assert record["torch"] == importlib.metadata.version("torch") and "torch-neuronx" not in record
+    assert record["trnlab"] == trnlab.__version__ and "transformers" in record
+    assert record_run("neuron:0", "torch.bfloat16") is None  # a notebook's last line: nothing more to display
+    monkeypatch.setattr(torch, "neuron", SimpleNamespace(standin=True), raising=False)
+    assert make_record("neuron", torch.bfloat16)["standin"] is True
+    assert make_record(torch.device("cpu"), torch.float32)["standin"] is False  # the stand-in is a neuron device
+    record_run("neuron", torch.bfloat16)
+    record_run(torch.device("cpu"), torch.float32)
+    assert capsys.readouterr().out.splitlines() == ["run record for nbval: neuron, bfloat16",
+                                                    "run record for nbval: neuron (STAND-IN), bfloat16",
+                                                    "run record for nbval: cpu, float32"]
+
+
+def test_setup_records_its_device_and_the_dtype_setting(monkeypatch, capsys):
+    monkeypatch.setenv("TRNLAB_DTYPE", "bfloat16")
+    monkeypatch.delenv("TRNLAB_MODEL", raising=False)
+    trnlab.setup("cpu")
+    monkeypatch.setenv("TRNLAB_DTYPE", "auto")
+    trnlab.setup("cpu")
+    trnlab.setup("cpu", dtype="float32")  # a notebook that computes in one dtype whatever the setting says
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("run record")] == [
+        "run record for nbval: cpu, bfloat16", "run record for nbval: cpu, float32",
+        "run record for nbval: cpu, float32"]
+    assert lines[lines.index("device: cpu") + 1] == "run record for nbval: cpu, bfloat16"
+
+
+def test_stored_run_reads_the_first_recorded_output_then_the_notebooks_metadata():
+    declared = {"trnlab": {"run": {"device": "neuron:0", "dtype": "torch.bfloat16"}}}
+    plain = nbformat.v4.new_notebook(cells=[_cell("x", 1, [_stdout("x\n")])])
+    assert stored_run(plain) is None
+    plain.metadata.update(declared)  # written by hand
+    assert stored_run(plain) == {"device": "neuron", "dtype": "bfloat16", "standin": False}
+    recorded = nbformat.v4.new_notebook(cells=[_cell("setup", 1, [_stdout("a\n"), _record_output("cpu", "float32")]),
+                                               _cell("again", 2, [_record_output("cuda", "float32")])],
+                                        metadata=declared)
+    assert stored_run(recorded) == {"device": "cpu", "dtype": "float32", "standin": False}  # produced with the outputs
+    assert stored_run(nbformat.v4.new_notebook(metadata={"trnlab": {"run": {"device": "cpu"}}})) is None  # no dtype
+
+
+#: A notebook whose run reads its device and dtype from RUN_DEVICE and RUN_DTYPE (no torch: a quick kernel), stored
+#: from cpu in float32; cells 3 and 4 are then stored with a near miss (what a real difference looks like).
+DEPENDENT_CELLS = [
+    ("import os\nfrom trnlab.run_record import record_run\n"
+     "RUN = {'device': os.environ.get('RUN_DEVICE', 'cpu'), 'dtype': os.environ.get('RUN_DTYPE', 'float32')}\n"
+     "record_run(RUN['device'], RUN['dtype'])", []),
+    ("# NBVAL_CHECK_OUTPUT\nprint('loss', {'float32': 2.3456}.get(RUN['dtype'], 2.3438))", ["dtype-dependent"]),
+    ("print('kernel', 'fused' if RUN['device'] == 'neuron' else 'plain')", ["device-dependent", "nbval-check-output"]),
+    ("# NBVAL_CHECK_OUTPUT\nprint('vocabulary', 768)", []),  # stored: 761
+    ("# NBVAL_CHECK_OUTPUT\nprint('loss 7.6820')", ["device-dependent"]),  # stored: 7.6819
+    ("# NBVAL_CHECK_OUTPUT\nprint(RUN['device'], RUN['dtype'])", ["device-dependent", "dtype-dependent"]),
+]
+
+
+def test_dependent_cells_are_compared_only_in_a_run_that_matches_and_near_misses_fail(tmp_path):
+    path = tmp_path / "dependent.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [_cell(source, tags=tags) for source, tags in DEPENDENT_CELLS]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    with _environment(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))):
+        NotebookClient(nb, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert [o["output_type"] for o in nb.cells[0].outputs] == ["display_data"], nb.cells[0].outputs  # record_run's line
+    assert nb.cells[0].outputs[0]["data"]["text/plain"] == "run record for nbval: cpu, float32"
+    nb.cells[3].outputs[0]["text"] = "vocabulary 761\n"
+    nb.cells[4].outputs[0]["text"] = "loss 7.6819\n"
+    nbformat.write(nb, path)
+    stored = stored_run(path)
+    assert {k: stored[k] for k in ("device", "dtype", "standin")} == {"device": "cpu", "dtype": "float32",
+                                                                     "standin": False}
+    assert stored["trnlab"] == trnlab.__version__ and "transformers" in stored, stored
+
+    bf16, neuron = "dependent.ipynb[RUN_DTYPE=bfloat16]", "dependent.ipynb[RUN_DEVICE=neuron]"
+    done = _pytest(path, "-rA", "--notebook-env", "RUN_DTYPE=bfloat16", "--notebook-env", "RUN_DEVICE=neuron",
+                   rules=False)
+    out = done.stdout
+    outcome = {run: ["PASSED" if f"PASSED {run}::Cell {n}" in out else "FAILED" if f"FAILED {run}::Cell {n}" in out
+                     else "?" for n in range(6)] for run in ("dependent.ipynb", bf16, neuron)}
+    # The stored run (cpu, float32): everything compared; both near misses fail, in the untagged and the tagged cell.
+    assert outcome["dependent.ipynb"] == ["PASSED", "PASSED", "PASSED", "FAILED", "FAILED", "PASSED"], out
+    # bfloat16 on cpu: the dtype-dependent cells 1 and 5 run unchecked (both print another value); the device-dependent
+    # cells 2 and 4 are still compared (cell 4's near miss fails), and the untagged near miss fails everywhere.
+    assert outcome[bf16] == ["PASSED", "PASSED", "PASSED", "FAILED", "FAILED", "PASSED"], out
+    # neuron in float32: the device-dependent cells 2, 4 and 5 run unchecked; the dtype-dependent cell 1 is compared.
+    assert outcome[neuron] == ["PASSED", "PASSED", "PASSED", "FAILED", "PASSED", "PASSED"], out
+    assert "5 failed, 13 passed" in out, out
+    summary = out.split("trnlab: checked cells run unchecked")[1]
+    assert (f"{bf16}: 2 checked cell(s) tagged 'dtype-dependent' ran unchecked (this run is cpu, bfloat16; "
+            "the stored outputs come from cpu, float32)") in summary, out
+    assert (f"{neuron}: 3 checked cell(s) tagged 'device-dependent' ran unchecked (this run is neuron, float32; "
+            "the stored outputs come from cpu, float32)") in summary, out
+    assert "dependent.ipynb: " not in summary, out  # the matching run ran nothing unchecked
+
+
+def test_a_stand_in_run_differs_from_a_real_trn2_and_a_missing_record_is_never_a_match(tmp_path):
+    """Stored records written by hand in the notebook's metadata; one notebook records nothing, one run neither."""
+    standin = _write(tmp_path / "standin.ipynb", [
+        _cell("from trnlab.run_record import record_run\nrecord_run('neuron', 'bfloat16')", 1),  # no torch: a trn2
+        _cell("# NBVAL_CHECK_OUTPUT\nprint('matmul on a NeuronCore')", 2, [_stdout("matmul on the host\n")],
+              tags=["device-dependent"]),
+        _cell("# NBVAL_CHECK_OUTPUT\nprint('loss 7.6820')", 3, [_stdout("loss 7.6819\n")], tags=["dtype-dependent"]),
+    ])
+    nb = nbformat.read(standin, as_version=4)
+    nb.metadata["trnlab"] = {"run": {"device": "neuron", "standin": True, "dtype": "bfloat16"}}
+    nbformat.write(nb, standin)
+    _write(tmp_path / "unrecorded.ipynb", [_cell("print('x')", 1, [_stdout("x\n")],
+                                                 tags=["dtype-dependent", "nbval-check-output"])])
+    norun = _write(tmp_path / "norun.ipynb", [_cell("# NBVAL_CHECK_OUTPUT\nprint(2)", 1, [_stdout("1\n")],
+                                                    tags=["device-dependent"])])
+    nb = nbformat.read(norun, as_version=4)
+    nb.metadata["trnlab"] = {"run": {"device": "cpu", "dtype": "float32"}}
+    nbformat.write(nb, norun)
+
+    done = _pytest(tmp_path, "-rA", rules=False)
+    out = done.stdout
+    assert "PASSED standin.ipynb::Cell 0" in out and "PASSED standin.ipynb::Cell 1" in out, out
+    assert "FAILED standin.ipynb::Cell 2" in out, out  # bfloat16 both: compared, and the near miss fails
+    assert "FAILED unrecorded.ipynb::Cell 0" in out and "PASSED norun.ipynb::Cell 0" in out, out
+    assert ("Cell 0 is tagged 'dtype-dependent', but unrecorded.ipynb records no device or dtype for its stored "
+            "outputs: re-execute it with trnlab.setup()") in out, out
+    assert "2 failed, 3 passed" in out, out
+    summary = out.split("trnlab: checked cells run unchecked")[1]
+    assert ("standin.ipynb: 1 checked cell(s) tagged 'device-dependent' ran unchecked (this run is neuron, bfloat16; "
+            "the stored outputs come from neuron (STAND-IN), bfloat16)") in summary, out
+    assert ("norun.ipynb: 1 checked cell(s) tagged 'device-dependent' ran unchecked (this run recorded no device or "
+            "dtype before them: call trnlab.setup() or trnlab.record_run(device, dtype) in an earlier cell)") in summary
+    assert "unrecorded.ipynb: " not in summary, out
+
+
+def test_strict_nbval_never_compares_the_record_line_and_still_fails_a_difference_beside_it(tmp_path):
+    record = "from trnlab.run_record import record_run\nrecord_run('cpu', 'float32')"
+    path = _write(tmp_path / "strict.ipynb", [
+        _cell(record, 1, [_record_output("neuron", "bfloat16", standin=True)]),  # stored on the stand-in
+        _cell(record + "\nprint('steps', 6)", 2, [_record_output("neuron", "bfloat16", True), _stdout("steps 7\n")]),
+        _cell(record, 3),  # stored before trnlab recorded runs: no record line
+        _cell("print('ok')", 4, [_stdout("ok\n")]),
+    ])
+    done = _pytest(path, "-rA", mode="--nbval", rules=False)
+    out = done.stdout
+    assert all(f"PASSED strict.ipynb::Cell {n}" in out for n in (0, 2, 3)), out
+    assert "FAILED strict.ipynb::Cell 1" in out and "steps 7" in out and "1 failed, 3 passed" in out, out

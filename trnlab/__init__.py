@@ -11,7 +11,8 @@ __version__ = "0.2.0"
 #: Public names, grouped as the course teaches them: ``{group: {name: module}}``.
 _GROUPS: dict[str, dict[str, str]] = {
     "Set up and check a machine (notebook 01)": {
-        "setup": "device", "run_summary": "device", "knob": "settings", "TrnlabError": "settings",
+        "setup": "device", "run_summary": "device", "record_run": "run_record", "knob": "settings",
+        "TrnlabError": "settings",
         "SettingError": "settings", "NotAvailableError": "settings",
         "detect_backend": "device", "pick_device": "device", "resolve_device_map": "device", "resolve_dtype": "device",
         "format_accelerator_memory": "device",

@@ -18,6 +18,7 @@ import torch
 
 from trnlab import __version__, _compat
 from trnlab.rank_cores import _visible_cores_setting
+from trnlab.run_record import record_run
 from trnlab.settings import _DEVICE_CHOICES, NotAvailableError, _check, _read_settings
 
 __all__ = ["setup", "run_summary", "detect_backend", "pick_device", "resolve_dtype", "resolve_device_map",
@@ -288,9 +289,12 @@ def _neffs() -> list | None:
     return list(getter()) if getter is not None else None
 
 
-def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = None) -> torch.device:
+def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = None,
+          dtype: torch.dtype | str | None = None) -> torch.device:
     """Seed every generator, print versions, who holds NeuronCores and the device, and return that device.
-    ``None`` reads ``TRNLAB_DEVICE``, ``TRNLAB_CPU_THREADS`` (0: torch's choice), starts :func:`run_summary`'s clock."""
+    ``None`` reads ``TRNLAB_DEVICE``, ``TRNLAB_CPU_THREADS`` (0: torch's choice), starts :func:`run_summary`'s clock.
+    Records the device and the dtype (``dtype``, else ``TRNLAB_DTYPE`` as :func:`resolve_dtype` resolves it) with the
+    outputs (:func:`trnlab.run_record.record_run`), for ``trnlab.pytest_plugin``."""
     current = _read_settings()
     random.seed(seed)
     torch.manual_seed(seed)
@@ -301,6 +305,7 @@ def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = No
         torch.set_num_threads(threads)
     print(core_holders_notice(_neuron_ls_output(), backend=chosen.type))
     print(f"device: {chosen}")
+    record_run(chosen, resolve_dtype(dtype, chosen), model=current.model or "bundled")
     _run.update(start=time.perf_counter(), graphs=_compat.dynamo_unique_graphs(), neffs=len(_neffs() or []),
                 device=str(chosen))
     return chosen

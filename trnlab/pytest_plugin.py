@@ -1,8 +1,10 @@
 """The course's notebook rules for nbval, as a pytest plugin: ``pytest -p trnlab.pytest_plugin --nbval-lax notebooks/``.
-Sanitizes what changes run to run, ignores stderr; ``--trnlab-rules``, ``--notebook-env``, ``--trnlab-no-sanitize``."""
+Sanitizes what changes run to run, ignores stderr; ``--trnlab-rules``, ``--notebook-env``, ``--trnlab-no-sanitize``;
+compares cells tagged ``device-dependent`` or ``dtype-dependent`` only in a run that matches the stored one."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from nbval.plugin import IPyNbFile, find_comment_markers, find_metadata_tags
 
+from trnlab.run_record import _output_record, describe_run, stored_run
 from trnlab.settings import _MODEL_ENV_VAR, _environment
 
 __all__ = ["notebook_problems", "sanitize"]
@@ -24,7 +27,10 @@ __all__ = ["notebook_problems", "sanitize"]
 _BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "tiny-qwen3"
 #: The cell tag of checked cells whose output belongs to the bundled model.
 _BUNDLED_MODEL_TAG = "bundled-model"
-#: The user property that marks a checked cell run unchecked (another model's run of a bundled-model cell).
+#: The cell tags of checked cells whose output belongs to the device (type, and whether it is the STAND-IN) or to the
+#: dtype that produced the stored outputs (:func:`trnlab.run_record.stored_run`): compared only in a run that matches.
+_DEVICE_TAG, _DTYPE_TAG = "device-dependent", "dtype-dependent"
+#: The user property that marks a checked cell run unchecked, its value the report's words for why.
 _UNCHECKED_KEY = "trnlab_unchecked"
 
 #: ``(regex, replacement)`` applied to every compared output, in order; each is tied to a context.
@@ -281,16 +287,75 @@ def pytest_collection_modifyitems(session, config, items):
             models[notebook] = _other_model(notebook)
             if "stderr" not in notebook.skip_compare:
                 notebook.skip_compare = notebook.skip_compare + ("stderr",)
+        if options is not None:  # an nbval cell: record_run's line is the plugin's to read (below), never compared
+            item.compare_outputs = functools.partial(_compare_without_record, item.compare_outputs)
         tags = item.cell.get("metadata", {}).get("tags") or [] if options else []
         if models[notebook] and _BUNDLED_MODEL_TAG in tags and options.get("check"):  # run unchecked, and say so
             options["check"] = False
-            item.user_properties.append((_UNCHECKED_KEY, f"{_MODEL_ENV_VAR}={models[notebook]} is not the bundled model"))
+            item.user_properties.append((_UNCHECKED_KEY, f"tagged '{_BUNDLED_MODEL_TAG}' ran unchecked ("
+                                         f"{_MODEL_ENV_VAR}={models[notebook]} is not the bundled model; their "
+                                         "stored output is the bundled model's)"))
     if not config.getoption("trnlab_rules", default=False):
         return  # opt-in: the rules are stricter than nbval, which accepts such notebooks
     for notebook in models:
         if not isinstance(notebook, _NotebookWithEnv):  # the committed file is checked once, by its plain run
             first = next(i for i, item in enumerate(items) if item.parent is notebook)
             items.insert(first, _RulesItem.from_parent(notebook, name="trnlab rules"))
+
+
+def _compare_without_record(compare, test, ref, skip_compare=None):
+    """nbval's comparison of a cell's outputs without :func:`trnlab.run_record.record_run`'s line (either side)."""
+    return compare(*([o for o in outputs if _output_record(o) is None] for outputs in (test, ref)), skip_compare)
+
+
+def _quoted(tags) -> str:
+    return " and ".join(f"'{tag}'" for tag in tags)
+
+
+def _against_the_stored_run(item, tags: list[str]) -> str | None:
+    """Run a checked cell tagged ``device-dependent``/``dtype-dependent`` unchecked unless this run matches the stored
+    one (saying why in a user property); the failure to raise after it ran if the notebook records no stored run."""
+    notebook, options = item.parent, item.options
+    if not hasattr(notebook, "_trnlab_stored"):
+        notebook._trnlab_stored = stored_run(notebook.nb)
+    stored, run = notebook._trnlab_stored, getattr(notebook, "_trnlab_run", None)
+    if stored is None:
+        options["check"] = False  # it still runs: the cells after it need its state
+        return (f"{item.name} is tagged {_quoted(tags)}, but {Path(notebook.path).name} records no device or dtype "
+                "for its stored outputs: re-execute it with trnlab.setup() (or trnlab.record_run(device, dtype)) in "
+                "an earlier cell, or declare them in the notebook's metadata, e.g. "
+                '"trnlab": {"run": {"device": "neuron", "dtype": "bfloat16"}}')
+    if run is None:
+        why = ("this run recorded no device or dtype before them: call trnlab.setup() or "
+               "trnlab.record_run(device, dtype) in an earlier cell")
+    else:
+        differs = {_DEVICE_TAG: (stored["device"], bool(stored.get("standin"))) !=
+                   (run["device"], bool(run.get("standin"))), _DTYPE_TAG: stored["dtype"] != run["dtype"]}
+        tags = [tag for tag in tags if differs[tag]]
+        if not tags:
+            return None  # a matching run: compared as every checked cell is
+        why = f"this run is {describe_run(run)}; the stored outputs come from {describe_run(stored)}"
+    options["check"] = False
+    item.user_properties.append((_UNCHECKED_KEY, f"tagged {_quoted(tags)} ran unchecked ({why})"))
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    options, failure = getattr(item, "options", None), None
+    if isinstance(item.parent, IPyNbFile) and options is not None:
+        tags = [tag for tag in (_DEVICE_TAG, _DTYPE_TAG) if tag in (item.cell.get("metadata", {}).get("tags") or [])]
+        if tags and options["check"] and not options["skip"] and item.cell.get("execution_count") is not None:
+            failure = _against_the_stored_run(item, tags)
+    try:
+        result = yield
+    finally:  # this run's record, from record_run's line in this cell's fresh outputs, for the cells after it
+        record = next(filter(None, map(_output_record, getattr(item, "test_outputs", None) or [])), None)
+        if record is not None:
+            item.parent._trnlab_run = record
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    return result
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -306,14 +371,15 @@ def pytest_runtest_setup(item):
 
 
 def pytest_terminal_summary(terminalreporter):
-    unchecked: dict[str, list[str]] = {}  # run (test file) -> reasons, one per cell, from the reports (xdist's too)
+    unchecked: dict[str, dict[str, int]] = {}  # run (test file) -> what and why -> cells, from the reports (xdist's)
     for reports in terminalreporter.stats.values():
         for report in reports:
             for key, reason in getattr(report, "user_properties", ()):
                 if key == _UNCHECKED_KEY and getattr(report, "when", None) == "call":
-                    unchecked.setdefault(report.nodeid.split("::")[0], []).append(reason)
+                    reasons = unchecked.setdefault(report.nodeid.split("::")[0], {})
+                    reasons[reason] = reasons.get(reason, 0) + 1
     if unchecked:
         terminalreporter.section("trnlab: checked cells run unchecked")
     for run, reasons in unchecked.items():
-        terminalreporter.write_line(f"{run}: {len(reasons)} checked cell(s) tagged '{_BUNDLED_MODEL_TAG}' ran "
-                                    f"unchecked ({reasons[0]}; their stored output is the bundled model's)")
+        for reason, cells in reasons.items():
+            terminalreporter.write_line(f"{run}: {cells} checked cell(s) {reason}")
