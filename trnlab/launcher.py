@@ -381,6 +381,7 @@ srun --ntasks-per-node=1 bash -c {per_node} {shlex.join(worker_argv)}
 
 # Running the commands: stream every rank's lines live, stop every process of the run
 _RANK_PREFIX_TEMPLATE = "[rank${rank}]: "  # torchrun prefixes each worker line with it (${rank}: the global rank)
+_SUMMARY_FIELD = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)")  # torchrun's failure summary, one field a line
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 _TRACEBACK_START = "Traceback (most recent call last)"
 _LAUNCH_ID_VAR = "TRNLAB_LAUNCH_ID"  # marks every process of one launch, so none can be left behind
@@ -396,6 +397,7 @@ class LaunchResult:
     rank_lines: dict[int, list[str]] = field(default_factory=dict)
     timed_out: bool = False
     failed_rank: int | None = None
+    rank_exit_status: int | None = None  # the failed rank's own, when torchrun's summary gives it
     traceback: str = ""
 
     @property
@@ -416,7 +418,8 @@ class LaunchResult:
         if self.ok:
             return f"the run finished (exit status 0) in {self.seconds:.1f} s"
         who = f"rank {self.failed_rank}" if self.failed_rank is not None else "a rank"
-        return f"{who} failed (exit status {self.returncode}); torchrun stopped the other ranks"
+        status = self.returncode if self.rank_exit_status is None else self.rank_exit_status
+        return f"{who} failed (exit status {status}); torchrun stopped the other ranks"
 
 
 def _check_timeouts(timeout, grace) -> None:
@@ -433,7 +436,7 @@ def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | N
     """Show each line as it comes, sorted into ``result`` by rank, until every launcher's output ends; stop all on
     timeout or failure. Returns the first rank that printed a traceback: the root cause."""
     open_streams, many, first_traceback_rank = len(procs), len(procs) > 1, None
-    in_traceback = [False] * len(procs)
+    in_traceback, root_cause = [False] * len(procs), False
     while open_streams:
         remaining = None if deadline is None else max(0.01, deadline - time.monotonic())
         try:
@@ -460,6 +463,13 @@ def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | N
             if echo:
                 print(line, flush=True)
         else:
+            # torchrun's summary names the rank it saw fail first, with its exit status: one that died without a
+            # traceback (killed, a crash, os._exit) is the root cause even when the others raised about it first.
+            if "Root Cause (first observed failure)" in line:
+                root_cause = True
+            elif root_cause and (match := _SUMMARY_FIELD.match(line)):
+                setattr(result, "failed_rank" if match.group(1) == "rank" else "rank_exit_status", int(match.group(2)))
+                root_cause = match.group(1) == "rank"
             # torchrun ends a failed run with its own Python traceback (ChildFailedError): show the rank's instead.
             in_traceback[node] = in_traceback[node] or line.startswith(_TRACEBACK_START)
             if echo and not in_traceback[node] and line.strip():
@@ -539,11 +549,20 @@ def _run_commands(commands: list[list[str]], env: dict[str, str], timeout: float
             reader.join(timeout=5)
     result.seconds = time.monotonic() - start
     result.returncode = next((c for c in (p.returncode for p in procs) if c != 0), 0)
-    if not result.ok and not result.timed_out and first_traceback_rank is not None:
-        # The rank that raised first, with its traceback: torchrun stopped the others after it, without one.
-        result.failed_rank, said = first_traceback_rank, result.lines(first_traceback_rank)
+    if result.ok or result.timed_out:
+        result.failed_rank = result.rank_exit_status = None
+    elif first_traceback_rank is not None:
+        # The root cause's traceback, else the first one a rank printed (about the root cause, as a rank whose peer
+        # died sees it): torchrun stopped the others, without one.
+        if result.failed_rank is None:
+            result.failed_rank, result.rank_exit_status = first_traceback_rank, None
+        said = result.lines(result.failed_rank)
+        if not any(line.startswith(_TRACEBACK_START) for line in said):
+            said = [f"(rank {result.failed_rank} printed no traceback; rank {first_traceback_rank}'s:)",
+                    *result.lines(first_traceback_rank)]
         starts = [i for i, line in enumerate(said) if line.startswith(_TRACEBACK_START)]
-        result.traceback = "\n".join(said[starts[-1]:] if starts else said[-20:])
+        result.traceback = "\n".join(said[:1] * (said[0].startswith("(rank")) + said[starts[-1]:] if starts
+                                     else said[-20:])
     if echo:
         print(f"[trnlab] {result}", flush=True)
         if result.traceback:

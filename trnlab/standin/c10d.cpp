@@ -104,6 +104,26 @@ Tensors join(Tensors a, const Tensors& b) {
   return a;
 }
 
+// PREMUL_SUM (FSDP2 with a gradient divide factor): gloo has none, so each rank scales its input, then gloo sums.
+bool premul(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
+
+at::Tensor factor(const c10d::ReduceOp& op) {
+  auto* s = static_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  return s->tensor_factor.defined() ? host(s->tensor_factor.is_cpu() ? s->tensor_factor : s->tensor_factor.cpu())
+                                    : at::scalar_tensor(s->double_factor, at::kDouble);
+}
+
+template <typename Options>
+Options summed(Options o) {  // o's op is PREMUL_SUM and the inputs are scaled: gloo sums them
+  o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  return o;
+}
+
+Tensors scaled(Tensors hosts, const c10d::ReduceOp& op, bool in_place) {
+  for (auto& h : hosts) h = in_place ? h.mul_(factor(op)) : h.mul(factor(op));
+  return hosts;
+}
+
 c10::intrusive_ptr<Work> wrap(c10::intrusive_ptr<Work> inner, Tensors outputs, const Tensors& inputs) {
   return c10::make_intrusive<NeuronWork>(std::move(inner), outputs, join(outputs, inputs));
 }
@@ -128,6 +148,10 @@ class NeuronBackend final : public Backend {
   }
   c10::intrusive_ptr<Work> allreduce(Tensors& ts, const c10d::AllreduceOptions& o) override {
     auto h = hosts(ts, {device_, "all_reduce"});
+    if (premul(o.reduceOp)) {
+      h = scaled(h, o.reduceOp, true);
+      return wrap(gloo_->allreduce(h, summed(o)), ts, {});
+    }
     return wrap(gloo_->allreduce(h, o), ts, {});
   }
   c10::intrusive_ptr<Work> allreduce_coalesced(Tensors& ts, const c10d::AllreduceCoalescedOptions& o) override {
@@ -136,6 +160,10 @@ class NeuronBackend final : public Backend {
   }
   c10::intrusive_ptr<Work> reduce(Tensors& ts, const c10d::ReduceOptions& o) override {
     auto h = hosts(ts, {device_, "reduce"});
+    if (premul(o.reduceOp)) {
+      h = scaled(h, o.reduceOp, true);
+      return wrap(gloo_->reduce(h, summed(o)), ts, {});
+    }
     return wrap(gloo_->reduce(h, o), ts, {});
   }
   c10::intrusive_ptr<Work> allgather(TensorLists& out, Tensors& in, const c10d::AllgatherOptions& o) override {
@@ -174,6 +202,10 @@ class NeuronBackend final : public Backend {
   c10::intrusive_ptr<Work> reduce_scatter(Tensors& out, TensorLists& in, const c10d::ReduceScatterOptions& o) override {
     auto ho = hosts(out, {device_, "reduce_scatter"});
     auto hi = hosts(in, {device_, "reduce_scatter"});
+    if (premul(o.reduceOp)) {
+      for (auto& list : hi) list = scaled(list, o.reduceOp, false);
+      return wrap(gloo_->reduce_scatter(ho, hi, summed(o)), out, flat(in));
+    }
     return wrap(gloo_->reduce_scatter(ho, hi, o), out, flat(in));
   }
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
@@ -181,12 +213,18 @@ class NeuronBackend final : public Backend {
     Checker check{device_, "reduce_scatter_tensor"};
     check(out), check(in);
     auto ho = host(out), hi = host(in);
+    if (premul(o.reduceOp)) {
+      hi = hi.mul(factor(o.reduceOp));
+      return wrap(gloo_->_reduce_scatter_base(ho, hi, summed(o)), {out}, {in});
+    }
     return wrap(gloo_->_reduce_scatter_base(ho, hi, o), {out}, {in});
   }
   c10::intrusive_ptr<Work> reduce_scatter_tensor_coalesced(Tensors& out, Tensors& in,
                                                            const c10d::ReduceScatterOptions& o) override {
     auto ho = hosts(out, {device_, "reduce_scatter_tensor_coalesced"});
     auto hi = hosts(in, {device_, "reduce_scatter_tensor_coalesced"});
+    if (premul(o.reduceOp))
+      return wrap(gloo_->reduce_scatter_tensor_coalesced(ho, hi = scaled(hi, o.reduceOp, false), summed(o)), out, in);
     return wrap(gloo_->reduce_scatter_tensor_coalesced(ho, hi, o), out, in);
   }
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
