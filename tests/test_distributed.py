@@ -1,15 +1,19 @@
 """trnlab.distributed: the 2 x 2 sharded model equals one process; helpers behave on their own.
 
-One real 4-process run serves every check. Its ranks run ``tests/scripts/train_sharded.py``
+One real 4-process CPU gloo run serves every check. Its ranks run ``examples/train_sharded.py``
 (3 steps) against the one-process reference (same loss on the same batch, same training
 losses, the shards' placements and bytes, a saved model that reloads in one process and
 generates what the sharded model generated), then ``tests/scripts/measure_memory.py``, whose
-bytes per rank ``trnlab.planning`` must predict.
+bytes per rank ``trnlab.planning`` must predict. The same script on the STAND-IN neuron device (backend ``neuron``,
+``MULTI_NEURON``) must match that run rank by rank.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +25,10 @@ from trnlab import plots
 from trnlab import training
 from trnlab.launcher import launch
 from trnlab.planning import plan_memory
+from tests.test_standin import needs_compiler
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "train_sharded.py"
-MEASURE_SCRIPT = SCRIPT.with_name("measure_memory.py")
+SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_sharded.py"
+MEASURE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "measure_memory.py"
 RANK_SCRIPTS = Path(__file__).resolve().parent / "rank_scripts.py"
 MEASURE_BATCH, MEASURE_SEQ = 2, 32  # micro-batch per FSDP rank in the memory measurement
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_distributed.ipynb"
@@ -204,13 +209,61 @@ def test_saved_model_reloads_in_one_process_and_generates_the_same(sharded_run, 
     assert text.startswith(training.NEW_FACT_PROMPT) and len(text) > len(training.NEW_FACT_PROMPT) + 10
 
 
-def test_the_notebook_writes_exactly_this_script():
-    if not NOTEBOOK.exists():
-        pytest.skip("notebook 05 not written yet")
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    written = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith("%%writefile")]
-    bodies = [s.split("\n", 1)[1] for s in written if "train_sharded.py" in s.split("\n", 1)[0]]
-    assert bodies == [SCRIPT.read_text()], "notebook 05's %%writefile cell and tests/scripts/train_sharded.py differ"
+def test_the_notebook_launches_this_script():
+    sources = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]]
+    assert not any(s.startswith("%%writefile") and "train_sharded" in s for s in sources)
+    assert any("examples/train_sharded.py" in s for s in sources)
+
+
+# ------------------------------------------------------------------ the STAND-IN neuron device against CPU gloo
+
+
+@pytest.fixture(scope="module")
+def standin_run(sharded_run):
+    """The script again on the stand-in's `neuron` process group: the same arguments, 4 ranks."""
+    folder = sharded_run["folder"]
+    command = [sys.executable, "-m", "trnlab", "launch", "--tp-size", "2", "--fsdp-size", "2", "--model",
+               sharded_run["model"], "--timeout", "400", str(SCRIPT), "--out", str(folder / "standin"), "--model",
+               sharded_run["model"], "--steps", str(STEPS), "--batch-size", str(BATCH), "--block-length", str(BLOCK)]
+    run = subprocess.run(command, env={**os.environ, "TRNLAB_NEURON_STANDIN": "1"}, capture_output=True, text=True,
+                         timeout=450)
+    assert run.returncode == 0, run.stdout[-4000:]
+    return {"stdout": run.stdout, "run": td.read_run(folder / "standin")}
+
+
+@needs_compiler
+def test_on_the_standin_trainer_takes_the_sharded_model_as_is(standin_run):
+    assert "4 process(es) on neuron, backend neuron" in standin_run["stdout"]
+    assert standin_run["run"]["refusal"] is None  # MULTI_NEURON: Accelerate takes it, no shim
+    assert standin_run["stdout"].count("]: trained with Trainer\n") == 4
+
+
+@needs_compiler
+def test_the_standin_run_matches_cpu_gloo_rank_by_rank(sharded_run, standin_run):
+    parity = td.compare_runs(sharded_run["run"], standin_run["run"], tolerance=1e-4)
+    assert parity.ok, str(parity)
+    assert parity.compared == 4 * STEPS * 5  # loss, gradient norm, three updates; per rank and step
+    assert standin_run["run"]["generation"] == sharded_run["run"]["generation"]
+
+
+def _parity_run(values):
+    return {"ranks": [{"rank": r, "parity": [{"step": s + 1, "loss": loss, "grad_norm": 2.0,
+                                               "update": {"w": 0.5, "v": upd}} for s, (loss, upd) in enumerate(steps)]}
+                      for r, steps in enumerate(values)]}
+
+
+def test_compare_runs_names_the_first_rank_step_and_tensor_that_differ():
+    a = _parity_run([[(3.0, 0.1), (2.0, 0.1)], [(3.0, 0.1), (2.0, 0.1)]])
+    same = td.compare_runs(a, a)
+    assert same.ok and same.compared == 16 and same.largest == 0 and "16 values" in str(same)
+    near = _parity_run([[(3.0, 0.1), (2.0, 0.1)], [(3.0, 0.1), (2.0, 0.10002)]])  # 2e-4 relative: a near miss
+    found = td.compare_runs(a, near, tolerance=1e-4)
+    assert not found.ok and found.first_difference == "rank 1, step 2, update of v: 0.1 against 0.10002"
+    assert td.compare_runs(a, near, tolerance=1e-3).ok  # within a looser bound
+    with pytest.raises(ValueError, match="rank 0 recorded 2 and 1 steps"):
+        td.compare_runs(a, _parity_run([[(3.0, 0.1)], [(3.0, 0.1)]]))
+    with pytest.raises(ValueError, match="the runs have 2 and 1 ranks"):
+        td.compare_runs(a, _parity_run([[(3.0, 0.1), (2.0, 0.1)]]))
 
 
 # ------------------------------------------------------------------ tables and pictures

@@ -3,7 +3,9 @@ Notebook 05's script makes those calls in each rank; this module holds the logic
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import logging
 import os
 import tempfile
@@ -18,9 +20,9 @@ from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a
 from trnlab.rank_cores import _format_core_list
 from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["batch_loss", "cpu_mesh_as_multi_device", "global_batches", "greedy_text", "is_parallelism_refusal",
-           "pad_vocabulary", "quiet_rank_output", "rank_report", "read_run", "reshard", "save_sharded",
-           "train_single_process", "write_json"]
+__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "global_batches", "greedy_text",
+           "is_parallelism_refusal", "pad_vocabulary", "parity_recorder", "quiet_rank_output", "rank_report", "read_run",
+           "reshard", "save_sharded", "train_single_process", "write_json"]
 
 
 def quiet_rank_output() -> None:
@@ -238,3 +240,74 @@ def read_run(output_dir) -> dict:
         raise FileNotFoundError(f"no rank*.json in {output_dir}: did the run finish? (see its log)")
     run_file = output_dir / "run.json"
     return {"ranks": ranks, **(json.loads(run_file.read_text()) if run_file.exists() else {})}
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def parity_recorder(names, record: list):
+    """A ``Trainer`` callback appending to ``record``, per optimizer step, this rank's loss, the norm of its local
+    gradients and of the update of each of ``names``' local shard: what :func:`compare_runs` compares rank by rank."""
+    from transformers import TrainerCallback
+
+    class ParityRecorder(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            grads = [_local(p.grad).detach().float() for p in model.parameters() if p.grad is not None]
+            params = dict(model.named_parameters())
+            self.before = {name: _local(params[name]).detach().float().cpu().clone() for name in names}
+            record.append({"step": state.global_step + 1, "grad_norm": math.sqrt(sum(g.square().sum().item()
+                                                                                     for g in grads))})
+
+        def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+            params = dict(model.named_parameters())
+            record[-1]["update"] = {name: (_local(params[name]).detach().float().cpu() - old).norm().item()
+                                    for name, old in self.before.items()}
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if record and "loss" in (logs or {}):
+                record[-1]["loss"] = logs["loss"]
+
+    return ParityRecorder()
+
+
+@dataclasses.dataclass
+class Parity:
+    """What :func:`compare_runs` found: how many values it compared, the largest relative difference, the first miss."""
+
+    compared: int
+    largest: float
+    tolerance: float
+    first_difference: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.compared > 0 and self.first_difference is None
+
+    def __str__(self) -> str:
+        if self.first_difference:
+            return f"differ first at {self.first_difference} (tolerance {self.tolerance:g}, relative)"
+        return (f"{self.compared} values (per rank and step: loss, gradient norm, updates) within {self.tolerance:g}, "
+                f"relative; largest difference {self.largest:.1e}")
+
+
+def compare_runs(a: dict, b: dict, tolerance: float = 1e-4) -> Parity:
+    """Compare two runs' :func:`parity_recorder` records (``read_run`` of each) rank by rank, step by step.
+    Both must have the same ranks and steps; the first value off by more than ``tolerance`` (relative) is named."""
+    if len(a["ranks"]) != len(b["ranks"]):
+        raise SettingError(f"the runs have {len(a['ranks'])} and {len(b['ranks'])} ranks: compare runs of one mesh")
+    found = Parity(0, 0.0, tolerance)
+    for ra, rb in zip(a["ranks"], b["ranks"]):
+        sa, sb = ra.get("parity", []), rb.get("parity", [])
+        if not sa or len(sa) != len(sb):
+            raise SettingError(f"rank {ra['rank']} recorded {len(sa)} and {len(sb)} steps: run both with the same "
+                               "--steps (the script records them with trnlab.distributed.parity_recorder)")
+        for x, y in zip(sa, sb):
+            values = [("loss", x["loss"], y["loss"]), ("gradient norm", x["grad_norm"], y["grad_norm"])]
+            values += [(f"update of {name}", x["update"][name], y["update"][name]) for name in x["update"]]
+            for what, u, v in values:
+                difference = abs(u - v) / max(abs(u), abs(v), 1e-12)
+                found.compared, found.largest = found.compared + 1, max(found.largest, difference)
+                if difference > tolerance and found.first_difference is None:
+                    found.first_difference = f"rank {ra['rank']}, step {x['step']}, {what}: {u:.6g} against {v:.6g}"
+    return found

@@ -1,10 +1,12 @@
-"""Train the course model sharded over a TP x FSDP mesh (claim 10); torchrun runs it once per rank.
+"""Train a model sharded over a TP x FSDP mesh (claim 10) with Trainer; torchrun runs it once per rank.
 
-    torchrun --nproc_per_node=4 train_sharded.py --out run/    # notebook 05: trnlab.launch(...)
+    torchrun --nproc_per_node=4 examples/train_sharded.py --out run --model MODEL    # notebook 05
 
-Every rank loads its shard, reports where its weights live, trains with Trainer on its slice
-of each batch, and writes run/rank<N>.json; together they save run/model, one ordinary
-checkpoint that loads in a single process.
+Every rank checks the mesh and its batch, loads its shard, reports where its weights live, trains with Trainer on
+its slice of each batch, records per step its loss, gradient norm and the update of a few weights (what
+trnlab.distributed.compare_runs compares between two runs, rank by rank), and writes run/rank<N>.json; together
+they save run/model, one ordinary checkpoint that loads in a single process. examples/train.py is the page's call
+alone.
 """
 import argparse
 import os
@@ -27,6 +29,11 @@ parser.add_argument("--block-length", type=int, default=64)
 parser.add_argument("--lr", type=float, default=1e-3)
 args = parser.parse_args()
 name = trnlab.model_name(args.model)  # --model, else $TRNLAB_MODEL, else the bundled tiny Qwen3
+# Checked here, before any rank loads: a mesh the model cannot split, or FSDP ranks left without a row.
+trnlab.validate_parallel_sizes(int(os.environ["WORLD_SIZE"]), args.tp_size, args.fsdp_size, model_config=name)
+if args.batch_size % args.fsdp_size:
+    raise SystemExit(f"--batch-size {args.batch_size} does not split over --fsdp-size {args.fsdp_size} ranks: give a "
+                     f"multiple of {args.fsdp_size} (each FSDP rank takes batch-size / fsdp-size rows)")
 
 td.quiet_rank_output()
 torch.manual_seed(0)
@@ -72,6 +79,9 @@ except ValueError as error:
     refusal = str(error).strip()
     with td.cpu_mesh_as_multi_device():
         trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+report["parity"] = []  # per step: loss, gradient norm, updates of these weights' local shards
+trainer.add_callback(td.parity_recorder(["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                                         "model.norm.weight"], report["parity"]))
 trainer.train()
 report["losses"] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 print("trained with Trainer" + (" (CPU mesh: built inside td.cpu_mesh_as_multi_device)" if refusal else ""))
