@@ -27,10 +27,12 @@ parser.add_argument("--steps", type=int, default=8)
 parser.add_argument("--batch-size", type=int, default=8)      # global: each FSDP rank takes 1/fsdp_size
 parser.add_argument("--block-length", type=int, default=64)
 parser.add_argument("--lr", type=float, default=1e-3)
+parser.add_argument("--skip-model-check", action="store_true")  # only to show what an uneven split does (05)
 args = parser.parse_args()
 name = trnlab.model_name(args.model)  # --model, else $TRNLAB_MODEL, else the bundled tiny Qwen3
 # Checked here, before any rank loads: a mesh the model cannot split, or FSDP ranks left without a row.
-trnlab.validate_parallel_sizes(int(os.environ["WORLD_SIZE"]), args.tp_size, args.fsdp_size, model_config=name)
+trnlab.validate_parallel_sizes(int(os.environ["WORLD_SIZE"]), args.tp_size, args.fsdp_size, model_config=name,
+                               check_model=not args.skip_model_check)
 if args.batch_size % args.fsdp_size:
     raise SystemExit(f"--batch-size {args.batch_size} does not split over --fsdp-size {args.fsdp_size} ranks: give a "
                      f"multiple of {args.fsdp_size} (each FSDP rank takes batch-size / fsdp-size rows)")
