@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from trnlab import doctor
+
 BAD_SETTINGS = [
     ("TRNLAB_DTYPE", "float16"), ("TRNLAB_DTYPE", "bf16"),
     ("TRNLAB_CPU_THREADS", "two"), ("TRNLAB_CPU_THREADS", "-1"),
@@ -63,10 +65,18 @@ def test_every_bad_setting_at_once_is_listed(monkeypatch):
     assert [c.name for c in doctor.run_checks(device_report())][:1] == ["device"]  # no settings line when fine
 
 
+@pytest.mark.parametrize("installed, ok", [("1.12.0", False), ("1.13.0", True), ("1.16.0", True)])
+def test_accelerate_before_1_13_fails_naming_multi_neuron(installed, ok):
+    check = doctor._version_check("accelerate", installed)  # whatever the installed metadata still says
+    assert (check.name, check.ok) == ("accelerate", ok) and check.detail.startswith(f"{installed} (course needs >=1.13)")
+    assert check.detail.endswith("" if ok else "1.13 is the first release with MULTI_NEURON, Accelerate's distributed "
+                                 "type for Neuron (1.12 has no neuron code): pip install 'accelerate>=1.13'")
+    assert doctor._version_check("accelerate", None).detail == "not installed: pip install 'accelerate>=1.13'"
+
+
 # The Neuron checks: pure functions of a faked _Machine (versions, env, os-release, disk, device count).
 from dataclasses import replace  # noqa: E402
 
-from trnlab import doctor  # noqa: E402
 from trnlab.doctor import DeviceReport  # noqa: E402
 
 NATIVE = "/opt/aws_neuronx_venv_torch_neuronx_2_14_0"

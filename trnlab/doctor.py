@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT, _backend_available,
@@ -35,15 +36,30 @@ class _Check:
     detail: str
 
 
+#: Lowest versions doctor asks for itself, and why: an editable install keeps the metadata it was installed with.
+_FLOORS = {"accelerate": ("1.13", "1.13 is the first release with MULTI_NEURON, Accelerate's distributed type for "
+                                  "Neuron (1.12 has no neuron code)")}
+
+
+def _wanted(package: str) -> SpecifierSet:
+    """What trnlab's installed metadata (pyproject) requires of ``package``, its lower bound raised to :data:`_FLOORS`."""
+    wanted = next((r.specifier for r in map(Requirement, importlib.metadata.requires("trnlab") or [])
+                   if r.name == package and r.marker is None), SpecifierSet())
+    floor = _FLOORS.get(package, (None,))[0]
+    if floor is None or any(s.operator == ">=" and Version(s.version) >= Version(floor) for s in wanted):
+        return wanted
+    return SpecifierSet(",".join([str(s) for s in wanted if s.operator != ">="] + [f">={floor}"]))
+
+
 def _version_check(package: str, installed: str | None) -> _Check:
-    """``package``'s installed version against what trnlab's installed metadata (pyproject) requires."""
-    wanted = next((str(r.specifier) for r in map(Requirement, importlib.metadata.requires("trnlab") or [])
-                   if r.name == package and r.marker is None), "")
+    """``package``'s installed version against what the course needs (:func:`_wanted`)."""
+    wanted = _wanted(package)
     if installed is None:
         return _Check(package, False, f"not installed: pip install '{package}{wanted}'")
-    ok = Version(installed) in Requirement(f"{package}{wanted}").specifier
+    ok = Version(installed) in wanted
+    why = f": {_FLOORS[package][1]}" if package in _FLOORS else ""
     return _Check(package, ok, f"{installed} (course needs {wanted or 'any'})" +
-                  ("" if ok else f": pip install '{package}{wanted}'"))
+                  ("" if ok else f"{why}: pip install '{package}{wanted}'"))
 
 
 def _model_check() -> _Check:
