@@ -12,7 +12,7 @@ from trnlab import doctor
 BAD_SETTINGS = [
     ("TRNLAB_DTYPE", "float16"), ("TRNLAB_DTYPE", "bf16"),
     ("TRNLAB_CPU_THREADS", "two"), ("TRNLAB_CPU_THREADS", "-1"),
-    ("TRNLAB_DEVICE", "banana"),
+    ("TRNLAB_DEVICE", "banana"), ("TRNLAB_DTYPE", " "),  # blank: refused, as setup() and knob() refuse it
 ]
 
 
