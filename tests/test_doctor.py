@@ -68,7 +68,8 @@ def test_every_bad_setting_at_once_is_listed(monkeypatch):
 @pytest.mark.parametrize("installed, ok", [("1.12.0", False), ("1.13.0", True), ("1.16.0", True)])
 def test_accelerate_before_1_13_fails_naming_multi_neuron(installed, ok):
     check = doctor._version_check("accelerate", installed)  # whatever the installed metadata still says
-    assert (check.name, check.ok) == ("accelerate", ok) and check.detail.startswith(f"{installed} (course needs >=1.13)")
+    assert (check.name, check.ok) == ("accelerate", ok)
+    assert check.detail.startswith(f"{installed} (course needs >=1.13)")
     assert check.detail.endswith("" if ok else "1.13 is the first release with MULTI_NEURON, Accelerate's distributed "
                                  "type for Neuron (1.12 has no neuron code): pip install 'accelerate>=1.13'")
     assert doctor._version_check("accelerate", None).detail == "not installed: pip install 'accelerate>=1.13'"
@@ -90,7 +91,8 @@ TRN2 = doctor._Machine(
           "debug folder": ("/tmp/neuron_backend", "/tmp", PLENTY, 2**39)}, devices=4)
 CHECKS = [doctor._environment_check, doctor._family_check, doctor._compiler_check, doctor._ubuntu_check,
           doctor._disk_check, doctor._lnc_check]
-INSTALL = '"neuronx-cc==2.*" nki --extra-index-url https://pip.repos.neuron.amazonaws.com'
+INSTALL = ('"neuronx-cc==2.*" nki --extra-index-url https://pip.repos.neuron.amazonaws.com '
+           "--extra-index-url https://download.pytorch.org/whl/cpu")  # the setup guide's line: no CUDA torch
 
 
 def _with(**changes):
@@ -144,12 +146,12 @@ def test_only_the_2_13_3_and_2_14_3_families_are_torchneuron():
 def test_a_trn_without_torch_neuronx_fails_with_the_venv_and_the_install_line():
     detail = _fail(doctor._environment_check(_with(versions={"torch-neuronx": None})), "neuron environment")
     assert detail.startswith("torch-neuronx is not installed: activate TorchNeuron's venv")
-    assert detail.endswith(f'pip install "torch-neuronx==2.14.*" {INSTALL}')
+    assert detail.endswith(f'pip install --upgrade "torch-neuronx==2.14.*" {INSTALL}')
 
 
 @pytest.mark.parametrize("torch, neuronx, fix", [
-    ("2.13.0", "2.14.3.0", f'pip install "torch-neuronx==2.13.*" {INSTALL}'),
-    ("2.14.0+cpu", "2.13.3.1", f'pip install "torch-neuronx==2.14.*" {INSTALL}'),
+    ("2.13.0", "2.14.3.0", f'pip install --upgrade "torch-neuronx==2.13.*" {INSTALL}'),
+    ("2.14.0+cpu", "2.13.3.1", f'pip install --upgrade "torch-neuronx==2.14.*" {INSTALL}'),
     ("2.12.1", "2.14.3.0", f"TorchNeuron exists for torch 2.13.0 and 2.14.0 only: activate TorchNeuron's venv"),
 ])
 def test_torch_and_torch_neuronx_from_different_families_fail(torch, neuronx, fix):
@@ -162,7 +164,7 @@ def test_torch_and_torch_neuronx_from_different_families_fail(torch, neuronx, fi
 def test_a_missing_compiler_fails_with_the_install_line_of_this_torch(torch, family):
     detail = _fail(doctor._compiler_check(_with(versions={"torch": torch, "neuronx-cc": None})), "neuronx-cc")
     assert detail == ("the Neuron compiler, which turns graphs into NEFFs, is not installed, so nothing compiles: "
-                      f'pip install "torch-neuronx=={family}.*" {INSTALL}')
+                      f'pip install --upgrade "torch-neuronx=={family}.*" {INSTALL}')
     assert doctor._compiler_check(_with(versions={"neuronx-cc": "on PATH"})).ok
     assert doctor._compiler_check(_with(versions={"torch-neuronx": None})) is None  # no torch-neuronx: not asked
 

@@ -42,7 +42,7 @@ _FLOORS = {"accelerate": ("1.13", "1.13 is the first release with MULTI_NEURON, 
 
 
 def _wanted(package: str) -> SpecifierSet:
-    """What trnlab's installed metadata (pyproject) requires of ``package``, its lower bound raised to :data:`_FLOORS`."""
+    """What trnlab's installed metadata (pyproject) asks of ``package``, its lower bound raised to :data:`_FLOORS`."""
     wanted = next((r.specifier for r in map(Requirement, importlib.metadata.requires("trnlab") or [])
                    if r.name == package and r.marker is None), SpecifierSet())
     floor = _FLOORS.get(package, (None,))[0]
@@ -167,9 +167,10 @@ def _native(version: str | None) -> bool:
 
 
 def _install_line(torch_version: str | None) -> str:
+    """The Neuron setup guide's line for this torch's family; PyTorch's CPU index keeps a CUDA torch out."""
     family = "2.13" if (torch_version or "").startswith("2.13.") else "2.14"
-    return (f'pip install "torch-neuronx=={family}.*" "neuronx-cc==2.*" nki '
-            "--extra-index-url https://pip.repos.neuron.amazonaws.com")
+    return (f'pip install --upgrade "torch-neuronx=={family}.*" "neuronx-cc==2.*" nki --extra-index-url '
+            "https://pip.repos.neuron.amazonaws.com --extra-index-url https://download.pytorch.org/whl/cpu")
 
 
 def _environment_check(m: _Machine) -> _Check | None:
