@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT, _backend_available,
                            _bf16_supported, _device_count, _format_core_holders, _neuron_core_holders, _neuron_ls_output,
@@ -162,8 +162,13 @@ def _installed(name: str) -> str | None:
 
 
 def _native(version: str | None) -> bool:
-    """torch-neuronx 2.13.3.x / 2.14.3.x is TorchNeuron, the native device; other versions are XLA-based."""
-    return re.match(r"2\.1[34]\.3(\.|$)", version or "") is not None
+    """torch-neuronx 2.<torch minor, 13 or later>.3.x is TorchNeuron (2.13.3.0, 2.14.3.1, a later 2.15.3.x); the
+    XLA-based package's versions start with its whole torch version, 2.9 or older (2.9.0.2.11.19912)."""
+    try:
+        release = Version(version or "").release
+    except InvalidVersion:
+        return False
+    return len(release) >= 3 and release[0] == 2 and release[1] >= 13 and release[2] == 3
 
 
 def _install_line(torch_version: str | None) -> str:
@@ -216,12 +221,14 @@ def _ubuntu_check(m: _Machine) -> _Check | None:
         return None
     info = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', m.os_release, flags=re.M))
     name, release = info.get("PRETTY_NAME", "this OS"), info.get("VERSION_ID", "")
-    facts = ("the 2.33.0 wheels are for Ubuntu 26.04, TorchNeuron's DLAMIs for Ubuntu 24.04 and 26.04 (on 24.04 use "
-             "the DLAMI); Ubuntu 22.04 is end of support and needs a build from source")
+    facts = ("the 2.33.0 wheels are for Ubuntu 26.04 only (22.04 and 24.04 wheels were announced for the next release, "
+             "not confirmed for 2.34: see its release notes), TorchNeuron's DLAMIs for Ubuntu 24.04 and 26.04; the "
+             "Neuron docs mark Ubuntu 22.04 end of support")
     if info.get("ID") != "ubuntu" or release in ("24.04", "26.04") or _native(m.versions.get("torch-neuronx")):
         return _Check("ubuntu", True, f"{name}: {facts}")
+    source = ", or build torch-neuronx from source where your release has no wheel for it"
     return _Check("ubuntu", False, f"{name}: {facts}: move to the DLAMI on Ubuntu 24.04 or 26.04"
-                  + ", or build torch-neuronx from source" * (release == "22.04"))
+                  + source * (release == "22.04"))
 
 
 def _disk_check(m: _Machine) -> _Check | None:
