@@ -142,12 +142,12 @@ NEURON_LS_WITH_PROCESSES = """\
 | NEURON | NEURON | NEURON | CONNECTED |     PCI      |  PID  |          COMMAND           | RUNTIME |
 | DEVICE | CORES  | MEMORY |  DEVICES  |     BDF      |       |                            | VERSION |
 +--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
-| 0      | 8      | 96 GB  | 1         | 0000:00:1c.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
+| 0      | 4      | 96 GB  | 1         | 0000:00:1c.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
 |        |        |        |           |              | 4343  | python train.py            | 2.29.0  |
 +--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
-| 1      | 8      | 96 GB  | 0         | 0000:00:1d.0 |       |                            |         |
+| 1      | 4      | 96 GB  | 0         | 0000:00:1d.0 |       |                            |         |
 +--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
-"""
+"""  # a trn2 in the --wide columns of the Neuron 2.32 docs: 4 logical NeuronCores per device at LNC=2
 
 
 def test_neuron_core_holders_reads_the_pid_column():
@@ -156,6 +156,78 @@ def test_neuron_core_holders_reads_the_pid_column():
     assert dev._neuron_core_holders(NEURON_LS_WITH_PROCESSES, ignore_pids=(4242,)) == [(4343, "python train.py")]
     assert dev._neuron_core_holders("| NEURON | CORES |\n| 0 | 8 |") == []  # no PID column
     assert dev._neuron_core_holders(None) == []
+
+
+# neuron-ls as the Neuron docs print it on a trn2n.48xlarge (devices 0 and 1 of 16 kept; the rest as printed).
+# The 2.21 beta layout: no header lines, NEURON CORES physical beside LOGICAL NC. `neuron-ls --show-all-procs`,
+# https://awsdocs-neuron.readthedocs-hosted.com/en/v2.21.0.beta/tools/neuron-sys-tools/neuron-ls.html
+# (aws-neuron/aws-neuron-sdk, tools/neuron-sys-tools/neuron-ls.rst at 2086a70a, "Neuron SDK Release 2.21.0 Beta").
+NEURON_LS_2_21_BETA = """\
++--------+--------+---------+--------+---------------+---------+--------+------------------------------------------+---------+
+| NEURON | NEURON | LOGICAL | NEURON |   CONNECTED   |   PCI   |  PID   |                 COMMAND                  | RUNTIME |
+| DEVICE | CORES  |   NC    | MEMORY |    DEVICES    |   BDF   |        |                                          | VERSION |
++--------+--------+---------+--------+---------------+---------+--------+------------------------------------------+---------+
+| 0      | 8      | 4       | 96 GB  | 12, 3, 4, 1   | cc:00.0 | 268911 | neuron-bench exec --run-as-cc-neff --... | 2.0.0   |
+|        |        |         |        |               |         | 269192 | neuron-ls --show-all-procs               | NA      |
++--------+--------+---------+--------+---------------+---------+--------+------------------------------------------+---------+
+| 1      | 8      | 4       | 96 GB  | 13, 0, 5, 2   | b5:00.0 | 268911 | neuron-bench exec --run-as-cc-neff --... | 2.0.0   |
+|        |        |         |        |               |         | 269192 | neuron-ls --show-all-procs               | NA      |
++--------+--------+---------+--------+---------------+---------+--------+------------------------------------------+---------+
+"""
+# The layout up to 2.33 (the JSON flag -j is still there; Neuron 2.34 removed it): header lines, NEURON CORES
+# logical at the header's LNC, NEURON CORE IDS (2.25 on), and no process column in the plain table. `neuron-ls` and
+# `neuron-ls -j` (the page elides devices 1-14 with "..."), aws-neuron/aws-neuron-sdk, tools/neuron-sys-tools/
+# neuron-ls.rst at 81ce03ae (the Neuron 2.32 docs, August 2026); the same on
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/neuron-ls.html as stored before 2.34.
+NEURON_LS_2_33 = """\
+instance-type: trn2n.48xlarge
+instance-id: i-aabbccdd123456789
+logical-neuroncore-config: 2
++--------+--------+----------+--------+---------------+--------------+---------------+------+
+| NEURON | NEURON |  NEURON  | NEURON |   CONNECTED   |     PCI      |      CPU      | NUMA |
+| DEVICE | CORES  | CORE IDS | MEMORY |    DEVICES    |     BDF      |   AFFINITY    | NODE |
++--------+--------+----------+--------+---------------+--------------+---------------+------+
+| 0      | 4      | 0-3      | 96 GB  | 12, 3, 4, 1   | 0000:cc:00.0 | 48-95,144-191 | 1    |
+| 1      | 4      | 4-7      | 96 GB  | 13, 0, 5, 2   | 0000:b5:00.0 | 48-95,144-191 | 1    |
++--------+--------+----------+--------+---------------+--------------+---------------+------+
+"""
+NEURON_LS_2_33_JSON = json.dumps([
+    {"neuron_device": device, "bdf": bdf, "cpu_affinity": "48-95,144-191", "numa_node": "1", "connected_to": links,
+     "nc_count": 4, "logical_neuroncore_config": 2, "memory_size": 103079215104, "neuroncore_ids": ids,
+     "neuron_processes": [{"pid": 113985, "command": "neuron-bench exec --run-as-cc-neff --...",
+                           "neuron_runtime_version": "2.0.0"}]}
+    for device, bdf, links, ids in ((0, "cc:00.0", [12, 3, 4, 1], [0, 1, 2, 3]),
+                                    (15, "f7:00.0", [11, 14, 3, 12], [60, 61, 62, 63]))], indent=4)
+
+
+def test_neuron_ls_is_read_in_each_layout_of_the_docs():
+    beta = dev._neuron_ls_devices(NEURON_LS_2_21_BETA)
+    assert beta == {"instance_type": None, "lnc": None, "cores": [4, 4],  # LOGICAL NC, not the 8 physical
+                    "holders": [(268911, "neuron-bench exec --run-as-cc-neff --..."),
+                                (269192, "neuron-ls --show-all-procs")]}  # each process once, not once per device
+    text = dev._neuron_ls_devices(NEURON_LS_2_33)
+    assert text == {"instance_type": "trn2n.48xlarge", "lnc": 2, "cores": [4, 4], "holders": []}
+    from_json = dev._neuron_ls_devices(NEURON_LS_2_33_JSON)
+    assert from_json == {"instance_type": None, "lnc": 2, "cores": [4, 4],
+                         "holders": [(113985, "neuron-bench exec --run-as-cc-neff --...")]}
+    both = dev._neuron_ls_devices(NEURON_LS_2_33_JSON, NEURON_LS_2_33)  # the JSON's processes, the text's header
+    assert both == {**from_json, "instance_type": "trn2n.48xlarge"}
+    assert dev._neuron_core_holders(NEURON_LS_2_33_JSON) == [(113985, "neuron-bench exec --run-as-cc-neff --...")]
+    assert dev._neuron_core_holders(NEURON_LS_2_33) == []  # the plain table lists no process: hence the JSON
+    assert dev._neuron_ls_devices(None, "", "{}") == {"instance_type": None, "lnc": None, "cores": [], "holders": []}
+
+
+@pytest.mark.parametrize("accepts", ["--output-format json", "-j"])  # Neuron 2.34 on; before 2.34
+def test_neuron_ls_json_is_asked_with_the_flag_the_tool_has(tmp_path, monkeypatch, accepts):
+    tool = tmp_path / "neuron-ls"
+    tool.write_text(f'#!/bin/sh\n[ "$*" = "{accepts}" ] || {{ echo "unknown option $1" >&2; exit 2; }}\necho "[]"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert dev._neuron_ls_json() == "[]\n"
+    tool.write_text("#!/bin/sh\necho 'no JSON here'\n")  # a tool without JSON: the text is read instead
+    assert dev._neuron_ls_json() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert dev._neuron_ls_json() is None
 
 
 def test_doctor_names_the_process_that_holds_the_cores():
