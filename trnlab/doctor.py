@@ -24,6 +24,7 @@ from trnlab import _compat
 from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _INSTALL_HINTS, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT,
                            _backend_available, _bf16_supported, _device_count, _format_core_holders,
                            _neuron_ls_devices, _neuron_ls_json, _neuron_ls_output, _package_versions)
+from trnlab.launcher import INSTANCES
 from trnlab.models import (_BUNDLED_MODEL_DIR, _MODEL_ENV_VAR, _WEIGHT_PATTERNS, _is_bundled, _missing_model_files,
                            model_name)
 from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR, _parse_core_list
@@ -446,8 +447,6 @@ def _device_count_check(m: _Machine) -> _Check | None:
     shown = m.neuron_ls
     if not shown or not shown["cores"] or not m.devices:
         return None
-    from trnlab.launcher import INSTANCES
-
     lnc, instance = shown["lnc"], INSTANCES.get(shown["instance_type"] or "")
     cores = instance.chips * instance.physical_cores_per_chip // lnc if instance and lnc else sum(shown["cores"])
     said = (f"neuron-ls: {shown['instance_type'] or 'this machine'}, {len(shown['cores'])} devices, "
