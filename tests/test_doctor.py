@@ -360,6 +360,8 @@ def test_the_compiler_s_lnc_must_match_the_runtime_s(flags, lnc, ok):
         assert check.detail.endswith(f"the runtime's and the compiler's LNC must match: set NEURON_LOGICAL_NC_CONFIG="
                                      f"{value}, or drop {flag} from NEURON_CC_FLAGS")
     assert doctor._compiler_lnc_check(_with(env={"NEURON_CC_FLAGS": "-O1"})) is None
+    off = doctor._Machine(versions={}, env=env)  # a CPU machine: the compiler flags do not matter there
+    assert doctor._compiler_lnc_check(off) is None
 
 
 @pytest.mark.parametrize("changes, expected", [

@@ -422,7 +422,7 @@ def _compiler_lnc_check(m: _Machine) -> _Check | None:
     """``--lnc``/``--logical-nc-config`` in NEURON_CC_FLAGS against the runtime's NEURON_LOGICAL_NC_CONFIG."""
     flags = m.env.get("NEURON_CC_FLAGS") or ""
     found = re.search(r"(?:^|\s)(--lnc|-lnc|--logical-nc-config)(?:=|\s+)(\S+)", flags)
-    if found is None:
+    if found is None or not m.on_neuron():
         return None
     runtime = (m.env.get(_LNC_VAR) or "2").strip()
     said = f"NEURON_CC_FLAGS has {found.group(1)} {found.group(2)}, {_LNC_VAR} is {runtime}" + " (default)" * (
