@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import trnlab
+from neuron_ls_samples import NEURON_LS_2_21_BETA, NEURON_LS_2_33, NEURON_LS_2_33_JSON
 from trnlab import device as dev
 from trnlab import doctor
 from trnlab.doctor import _format_report as format_report, run_checks
@@ -142,12 +143,12 @@ NEURON_LS_WITH_PROCESSES = """\
 | NEURON | NEURON | NEURON | CONNECTED |     PCI      |  PID  |          COMMAND           | RUNTIME |
 | DEVICE | CORES  | MEMORY |  DEVICES  |     BDF      |       |                            | VERSION |
 +--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
-| 0      | 8      | 96 GB  | 1         | 0000:00:1c.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
+| 0      | 4      | 96 GB  | 1         | 0000:00:1c.0 | 4242  | python -m ipykernel_launcher | 2.29.0  |
 |        |        |        |           |              | 4343  | python train.py            | 2.29.0  |
 +--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
-| 1      | 8      | 96 GB  | 0         | 0000:00:1d.0 |       |                            |         |
+| 1      | 4      | 96 GB  | 0         | 0000:00:1d.0 |       |                            |         |
 +--------+--------+--------+-----------+--------------+-------+----------------------------+---------+
-"""
+"""  # a trn2 in the --wide columns of the Neuron 2.32 docs: 4 logical NeuronCores per device at LNC=2
 
 
 def test_neuron_core_holders_reads_the_pid_column():
@@ -156,6 +157,36 @@ def test_neuron_core_holders_reads_the_pid_column():
     assert dev._neuron_core_holders(NEURON_LS_WITH_PROCESSES, ignore_pids=(4242,)) == [(4343, "python train.py")]
     assert dev._neuron_core_holders("| NEURON | CORES |\n| 0 | 8 |") == []  # no PID column
     assert dev._neuron_core_holders(None) == []
+
+
+def test_neuron_ls_is_read_in_each_layout_of_the_docs():
+    beta = dev._neuron_ls_devices(NEURON_LS_2_21_BETA)
+    assert beta == {"instance_type": None, "lnc": None, "cores": [4, 4],  # LOGICAL NC, not the 8 physical
+                    "holders": [(268911, "neuron-bench exec --run-as-cc-neff --..."),
+                                (269192, "neuron-ls --show-all-procs")]}  # each process once, not once per device
+    text = dev._neuron_ls_devices(NEURON_LS_2_33)
+    assert text == {"instance_type": "trn2n.48xlarge", "lnc": 2, "cores": [4, 4], "holders": []}
+    from_json = dev._neuron_ls_devices(NEURON_LS_2_33_JSON)
+    assert from_json == {"instance_type": None, "lnc": 2, "cores": [4, 4],
+                         "holders": [(113985, "neuron-bench exec --run-as-cc-neff --...")]}
+    both = dev._neuron_ls_devices(NEURON_LS_2_33_JSON, NEURON_LS_2_33)  # the JSON's processes, the text's header
+    assert both == {**from_json, "instance_type": "trn2n.48xlarge"}
+    assert dev._neuron_core_holders(NEURON_LS_2_33_JSON) == [(113985, "neuron-bench exec --run-as-cc-neff --...")]
+    assert dev._neuron_core_holders(NEURON_LS_2_33) == []  # the plain table lists no process: hence the JSON
+    assert dev._neuron_ls_devices(None, "", "{}") == {"instance_type": None, "lnc": None, "cores": [], "holders": []}
+
+
+@pytest.mark.parametrize("accepts", ["--output-format json", "-j"])  # Neuron 2.34 on; before 2.34
+def test_neuron_ls_json_is_asked_with_the_flag_the_tool_has(tmp_path, monkeypatch, accepts):
+    tool = tmp_path / "neuron-ls"
+    tool.write_text(f'#!/bin/sh\n[ "$*" = "{accepts}" ] || {{ echo "unknown option $1" >&2; exit 2; }}\necho "[]"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert dev._neuron_ls_json() == "[]\n"
+    tool.write_text("#!/bin/sh\necho 'no JSON here'\n")  # a tool without JSON: the text is read instead
+    assert dev._neuron_ls_json() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert dev._neuron_ls_json() is None
 
 
 def test_doctor_names_the_process_that_holds_the_cores():

@@ -50,6 +50,7 @@ BRANCHES = {
     "trnlab/device.py:core_holders_notice": STANDIN,
     "trnlab/doctor.py:_Machine.gather": STANDIN,
     "trnlab/doctor.py:device_report": STANDIN,
+    "trnlab/doctor.py:_autoload_check": "tests/test_doctor.py::test_no_torch_neuron_beside_torchneuron_says_why",
     "trnlab/launcher.py:_cpu_plan":
         "tests/test_launch.py::test_an_explicit_cpu_device_gives_cpu_processes_where_an_accelerator_exists",
     "trnlab/launcher.py:plan_processes": STANDIN,

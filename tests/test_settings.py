@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from trnlab.settings import SettingError, _read_settings as read_settings, _read_setting, _setting_problems
@@ -14,7 +16,6 @@ def test_defaults_when_nothing_is_set():
 
 @pytest.mark.parametrize("value, expected", [
     ("auto", "auto"), ("cpu", "cpu"), ("neuron", "neuron"), ("NEURON:3", "neuron:3"), (" cuda:0 ", "cuda:0"),
-    ("", "auto"),
 ])
 def test_device_accepts_the_documented_forms(value, expected):
     assert read_settings({"TRNLAB_DEVICE": value}).device == expected
@@ -117,11 +118,11 @@ def test_knob_converts_to_the_default_s_type_and_falls_back_to_it():
     from trnlab.settings import knob
 
     env = {"TRNLAB_MAX_NEW_TOKENS": " 40 ", "TRNLAB_LEARNING_RATE": "1e-4", "TRNLAB_OUTPUT_DIR": "/tmp/out",
-           "TRNLAB_QUICK": "True", "TRNLAB_EMPTY": ""}
+           "TRNLAB_QUICK": "True"}
     assert knob("TRNLAB_MAX_NEW_TOKENS", 20, env) == 40 and type(knob("TRNLAB_MAX_NEW_TOKENS", 20, env)) is int
     assert knob("TRNLAB_LEARNING_RATE", 2e-3, env) == 1e-4
     assert knob("TRNLAB_OUTPUT_DIR", None, env) == "/tmp/out" and knob("TRNLAB_NOT_SET", None, env) is None
-    assert knob("TRNLAB_QUICK", False, env) is True and knob("TRNLAB_EMPTY", 7, env) == 7
+    assert knob("TRNLAB_QUICK", False, env) is True
     assert knob("TRNLAB_NOT_SET", 12, env) == 12 and knob("TRNLAB_NOT_SET", "auto", env) == "auto"
     assert knob("TRNLAB_DEVICE", "auto", {"TRNLAB_DEVICE": "Neuron:3"}) == "neuron:3"  # the setting's own check
 
@@ -140,3 +141,32 @@ def test_knob_names_the_variable_and_the_form_on_a_bad_value():
         knob("TRNLAB_DTYPE", "auto", {"TRNLAB_DTYPE": "float16"})
     with pytest.raises(TypeError, match="default must be an int, float, bool, str or None"):
         knob("TRNLAB_SIZES", (1, 2), {"TRNLAB_SIZES": "3"})
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+@pytest.mark.parametrize("variable, default", [("TRNLAB_MODEL", None), ("TRNLAB_DEVICE", "auto"),
+                                               ("TRNLAB_DTYPE", "auto"), ("TRNLAB_CPU_THREADS", 1),
+                                               ("TRNLAB_MAX_NEW_TOKENS", 20), ("TRNLAB_OUTPUT_DIR", None)])
+def test_a_blank_value_is_refused_everywhere_naming_the_variable_and_the_fix(variable, default, blank):
+    from trnlab.settings import _READERS, knob
+
+    fix = "^" + re.escape(f"{variable}={blank!r} is blank: unset it for the default (`unset {variable}`), or give it "
+                          "a value") + "$"
+    env = {variable: blank}
+    with pytest.raises(SettingError, match=fix):
+        knob(variable, default, env)  # a notebook's parameter cell
+    if variable in _READERS:  # setup(), pick_device(), model_name() and doctor read the course settings
+        with pytest.raises(SettingError, match=fix):
+            read_settings(env)
+        assert list(_setting_problems(env)) == [variable]  # doctor's [FAIL] line
+    assert knob(variable, default, {}) == default  # unset: the default
+
+
+def test_a_blank_stand_in_setting_warns_as_a_bad_one_does(monkeypatch):
+    from trnlab import _standin_entry
+
+    monkeypatch.setenv("TRNLAB_NEURON_STANDIN", " ")
+    with pytest.warns(RuntimeWarning, match=r"TRNLAB_NEURON_STANDIN=' ': set it to 1 to start the stand-in, or 0"):
+        _standin_entry.autoload()  # it runs inside `import torch`, so it warns rather than raises
+    monkeypatch.setenv("TRNLAB_NEURON_STANDIN", "0")
+    _standin_entry.autoload()  # off, silently

@@ -36,6 +36,7 @@ def test_course_dependencies_and_torch_not_pinned():
     assert {"torch", "transformers", "accelerate", "jupyterlab", "ipywidgets", "matplotlib",
             "nbval", "pytest"} <= set(project)
     assert str(project["transformers"].specifier) in ("<6,>=5.23", ">=5.23,<6")
+    assert str(project["accelerate"].specifier) == ">=1.13"  # the first release with MULTI_NEURON; doctor's floor too
     assert "==" not in str(project["torch"].specifier)
     assert not project["torch"].specifier.contains("2.3.0")
     assert project["torch"].specifier.contains("2.13.0")

@@ -17,10 +17,12 @@ _pending: list[str] = []
 
 
 def autoload() -> None:
-    """Start the STAND-IN neuron device when ``TRNLAB_NEURON_STANDIN=1``; never raises (``import torch`` goes on)."""
-    value = os.environ.get(_NEURON_STANDIN_ENV_VAR, "").strip()
-    if value in ("", "0"):
+    """Start the STAND-IN neuron device when ``TRNLAB_NEURON_STANDIN=1``; never raises (``import torch`` goes on).
+    Unset or ``0``: nothing; any other value, a blank one too, warns through :func:`trnlab.standin.start`."""
+    value = os.environ.get(_NEURON_STANDIN_ENV_VAR)
+    if value is None or value.strip() == "0":
         return
+    value = value.strip() or value
     standin = sys.modules.get("trnlab.standin")
     if standin is not None and not hasattr(standin, "start"):  # trnlab.standin is importing torch: it starts itself
         _pending.append(value)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -138,17 +140,76 @@ def _neuron_ls_output(timeout: float = 20.0) -> str | None:
     return (done.stdout + done.stderr).strip()
 
 
-def _neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...] = ()) -> list[tuple[int, str]]:
-    """``(pid, command)`` of each process ``neuron-ls`` lists as holding a Neuron device, but ``ignore_pids``."""
+#: neuron-ls's JSON flags, newest first: Neuron 2.34 replaced ``--json-output``/``-j`` by ``--output-format json``.
+_NEURON_LS_JSON_FLAGS = (("--output-format", "json"), ("-j",))
+
+
+def _neuron_ls_json(timeout: float = 20.0) -> str | None:
+    """``neuron-ls``'s JSON where the tool has it (:data:`_NEURON_LS_JSON_FLAGS`), else ``None``: read the text then."""
+    program = shutil.which("neuron-ls")
+    for flags in _NEURON_LS_JSON_FLAGS if program else ():
+        try:
+            done = subprocess.run([program, *flags], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode == 0 and done.stdout.strip()[:1] in ("[", "{"):
+            return done.stdout
+    return None
+
+
+def _neuron_ls_devices(*outputs: str | None) -> dict:
+    """What ``neuron-ls`` says, from its JSON or text outputs (the first that has each field wins): ``instance_type``,
+    ``lnc`` (its ``logical-neuroncore-config``), ``cores`` (logical NeuronCores per device), ``holders`` (pid, command)."""
+    found = {"instance_type": None, "lnc": None, "cores": [], "holders": []}
+    for output in outputs:
+        for key, value in (_neuron_ls_json_fields(output) or _neuron_ls_text_fields(output or "")).items():
+            found[key] = found[key] or value
+    return found
+
+
+def _neuron_ls_json_fields(output: str | None) -> dict | None:
+    """:func:`_neuron_ls_devices`' fields from ``neuron-ls -j``'s list of devices (``nc_count``, ``neuron_processes``...);
+    from any other JSON, the records that carry those same fields; ``None`` when ``output`` is not JSON."""
+    try:
+        data = json.loads(output or "")
+    except ValueError:
+        return None
+    devices = data if isinstance(data, list) else next(
+        (v for v in (data.values() if isinstance(data, dict) else ()) if isinstance(v, list)
+         and v and all(isinstance(d, dict) and "neuron_device" in d for d in v)), [])
+    devices = [d for d in devices if isinstance(d, dict)]
+    holders = [(p.get("pid"), p.get("command", "")) for d in devices for p in d.get("neuron_processes") or ()]
+    return {"instance_type": None, "lnc": next((d["logical_neuroncore_config"] for d in devices
+                                                if "logical_neuroncore_config" in d), None),
+            "cores": [int(d["nc_count"]) for d in devices if "nc_count" in d],
+            "holders": list(dict.fromkeys((int(pid), command) for pid, command in holders if pid is not None))}
+
+
+def _neuron_ls_text_fields(text: str) -> dict:
+    """:func:`_neuron_ls_devices`' fields from ``neuron-ls``'s table and header lines, whichever columns it has: the
+    v2.21 docs' ``NEURON CORES`` (physical) beside ``LOGICAL NC``, later ones ``NEURON CORES`` at the header's LNC."""
+    header = dict(re.findall(r"^\s*(instance-type|logical-neuroncore-config):\s*(\S+)", text, flags=re.M))
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
-            for line in (neuron_ls_text or "").splitlines() if line.strip().startswith("|")]
-    header = next((row for row in rows if "PID" in row), None)
-    if header is None:
-        return []
-    pid_at = header.index("PID")
-    command_at = header.index("COMMAND") if "COMMAND" in header else None
-    return [(int(row[pid_at]), row[command_at] if command_at is not None else "") for row in rows
-            if len(row) == len(header) and row[pid_at].isdigit() and int(row[pid_at]) not in ignore_pids]
+            for line in text.splitlines() if line.strip().startswith("|")]
+    first = next((i for i, row in enumerate(rows) if row[0].isdigit()), len(rows))
+    labels = [" ".join(filter(None, parts)) for parts in zip(*rows[:first])]
+    data = [row for row in rows[first:] if len(row) == len(labels)]
+    column = {name: labels.index(name) for name in ("LOGICAL NC", "NEURON CORES", "PID", "COMMAND") if name in labels}
+    cores_at = column.get("LOGICAL NC", column.get("NEURON CORES"))
+    pid_at, command_at = column.get("PID"), column.get("COMMAND")
+    return {"instance_type": header.get("instance-type"),
+            "lnc": int(header["logical-neuroncore-config"]) if header.get("logical-neuroncore-config", "").isdigit()
+            else None,
+            "cores": [int(row[cores_at]) for row in data if cores_at is not None and row[0].isdigit()
+                      and row[cores_at].isdigit()],
+            "holders": list(dict.fromkeys((int(row[pid_at]), row[command_at] if command_at is not None else "")
+                                          for row in data if pid_at is not None and row[pid_at].isdigit()))}
+
+
+def _neuron_core_holders(neuron_ls_text: str | None, ignore_pids: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+    """``(pid, command)`` of each process ``neuron-ls`` (JSON or text) lists as holding a Neuron device, but
+    ``ignore_pids``."""
+    return [(pid, command) for pid, command in _neuron_ls_devices(neuron_ls_text)["holders"] if pid not in ignore_pids]
 
 
 def _format_core_holders(holders: list[tuple[int, str]]) -> str:
@@ -303,7 +364,7 @@ def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = No
     threads = current.cpu_threads if cpu_threads is None else cpu_threads
     if chosen.type == "cpu" and threads:
         torch.set_num_threads(threads)
-    print(core_holders_notice(_neuron_ls_output(), backend=chosen.type))
+    print(core_holders_notice(_neuron_ls_json() or _neuron_ls_output(), backend=chosen.type))
     print(f"device: {chosen}")
     record_run(chosen, resolve_dtype(dtype, chosen), model=current.model or "bundled")
     _run.update(start=time.perf_counter(), graphs=_compat.dynamo_unique_graphs(), neffs=len(_neffs() or []),

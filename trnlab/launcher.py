@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from trnlab.device import (_backend_available, core_holders_notice, detect_backend, _device_count, _neuron_core_holders,
-                           _neuron_ls_output, _neuron_module)
+                           _neuron_ls_json, _neuron_ls_output, _neuron_module)
 from trnlab.models import load_config, _text_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
@@ -602,7 +602,7 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
                                 fsdp_size=fsdp_size, model=model, module=module, neuron_cores=neuron_cores)
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
-        listing = _neuron_ls_output() if plan.device == "neuron" else None
+        listing = (_neuron_ls_json() or _neuron_ls_output()) if plan.device == "neuron" else None
         if _neuron_core_holders(listing):
             print(f"[trnlab] {core_holders_notice(listing, 'neuron')}", flush=True)
     result = _run_commands([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)

@@ -78,12 +78,20 @@ def _check(field: str, value, source: str | None = None):
     return int(name) if field == "cpu_threads" else name
 
 
+def _set_value(name: str, environ: dict | None = None) -> str | None:
+    """Environment variable ``name`` (None: unset); set but blank, as a shell's ``NAME=`` leaves it, a SettingError."""
+    value = (os.environ if environ is None else environ).get(name)
+    if value is not None and not value.strip():
+        raise SettingError(f"{name}={value!r} is blank: unset it for the default (`unset {name}`), or give it a value")
+    return value
+
+
 def _read_setting(variable: str, environ: dict | None = None):
     """One setting, checked on its own (a bad one elsewhere does not matter); doctor reports every bad one."""
     if variable not in _READERS:
         raise KeyError(f"{variable!r} is not a course setting: one of {', '.join(_READERS)}")
     field, default = _READERS[variable]
-    value = (os.environ if environ is None else environ).get(variable) or default
+    value = _set_value(variable, environ) or default
     return value if value is None or variable == _MODEL_ENV_VAR else _check(field, value, variable)
 
 
@@ -109,13 +117,13 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def knob(name: str, default, environ: dict | None = None):
-    """Environment variable ``name`` as ``default``'s type (int, float, bool, str; None: text), else ``default``.
-    ``MAX_NEW_TOKENS = knob("TRNLAB_MAX_NEW_TOKENS", 20)``; a course setting gets its own check, and a value that does
-    not convert raises :class:`SettingError` naming the variable and the form expected."""
-    env = os.environ if environ is None else environ
-    raw = (env.get(name) or "").strip()
-    if not raw:
+    """Environment variable ``name`` as ``default``'s type (int, float, bool, str; None: text); unset, ``default``.
+    ``MAX_NEW_TOKENS = knob("TRNLAB_MAX_NEW_TOKENS", 20)``; a course setting gets its own check, and a blank value or one
+    that does not convert raises :class:`SettingError` naming the variable and the fix."""
+    raw = _set_value(name, environ)
+    if raw is None:
         return default
+    raw = raw.strip()
     if name in _READERS and name != _MODEL_ENV_VAR:
         return _check(_READERS[name][0], raw, name)
     kind = str if default is None else type(default)
