@@ -247,8 +247,8 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def parity_recorder(names, record: list):
-    """A ``Trainer`` callback appending to ``record``, per optimizer step, this rank's loss, the norm of its local
-    gradients and of the update of each of ``names``' local shard: what :func:`compare_runs` compares rank by rank."""
+    """A ``Trainer`` callback: per optimizer step, this rank's loss, local gradient norm and updates of ``names``.
+    Each step appends ``{"step", "loss", "grad_norm", "update": {name: norm}}`` to ``record``, for :func:`compare_runs`."""
     from transformers import TrainerCallback
 
     class ParityRecorder(TrainerCallback):
