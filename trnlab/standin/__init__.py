@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from trnlab import _compat
+from trnlab.rank_cores import _VISIBLE_CORES_VAR, _parse_core_list
 from trnlab.settings import _NEURON_STANDIN_ENV_VAR, NotAvailableError
 from trnlab._standin_entry import autoload, _pending
 
@@ -272,8 +273,6 @@ _CLAIMED: list[int] = []  # the NeuronCore this rank claimed with its first `neu
 def _claim_core(store, rank: int) -> None:
     """What TorchNeuron's process group does first in a rank: one visible NeuronCore, ``LOCAL_RANK``'s when unset,
     claimed before the runtime starts. Two ranks of a node on one core raise here, as the real runtime refuses them."""
-    from trnlab.rank_cores import _VISIBLE_CORES_VAR, _parse_core_list
-
     local_rank = torch.neuron.current_device()
     visible = os.environ.get(_VISIBLE_CORES_VAR, "").strip() or os.environ.setdefault(_VISIBLE_CORES_VAR,
                                                                                      str(local_rank))
