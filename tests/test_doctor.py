@@ -297,7 +297,8 @@ def test_python_outside_3_12_to_3_14_with_torch_neuronx_fails(python, ok):
 
 @pytest.mark.parametrize("changes, why", [
     ({"env": {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}},
-     "TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps PyTorch from loading TorchNeuron: unset it, or `import torch_neuronx` first"),
+     "TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps PyTorch from loading TorchNeuron: unset it, or `import torch_neuronx` "
+     "first"),
     ({"privateuse1": "other_npu"}, "PyTorch's out-of-tree backend (PrivateUse1) is already named 'other_npu': "
                                    "another package registered its device first"),
     ({}, "`python -c 'import torch_neuronx'` shows why it does not load"),
@@ -321,7 +322,8 @@ def test_host_memory_against_trnlab_s_rule_of_thumb_for_compiling():
     assert unread.ok and unread.detail == ("1800.0 GiB available of 2000.0 GiB; the kernel log could not be read for "
                                            "OOM kills (`sudo dmesg | grep -i 'killed process'` reads it)")
     assert doctor._memory_check(_with(memory=None)) is None
-    assert doctor._memory_check(_with(dev_neuron=False, env={}, prefix="/usr", versions={"torch-neuronx": None})) is None
+    cpu = _with(dev_neuron=False, env={}, prefix="/usr", versions={"torch-neuronx": None})
+    assert doctor._memory_check(cpu) is None
 
 
 def test_an_oom_kill_in_the_kernel_log_fails_naming_the_process(tmp_path, monkeypatch):
@@ -376,8 +378,8 @@ def test_device_count_against_neuron_ls_instance_type_and_lnc_header(changes, ex
     assert check.name == "device count" and check.ok is (expected is None), check
     if expected:
         assert check.detail.startswith(expected) and check.detail.endswith(
-            "set NEURON_LOGICAL_NC_CONFIG (here unset: 2), NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES to what this "
-            "process should use before it starts, and run doctor again")
+            "set NEURON_LOGICAL_NC_CONFIG (here unset: 2), NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES to what "
+            "this process should use before it starts, and run doctor again")
 
 
 def test_device_count_from_the_docs_neuron_ls_of_an_instance_trnlab_does_not_list():
@@ -387,7 +389,8 @@ def test_device_count_from_the_docs_neuron_ls_of_an_instance_trnlab_does_not_lis
     assert doctor._device_count_check(_with(neuron_ls=shown, devices=8)).detail == (
         "device_count() is 8 (every core); neuron-ls: trn2n.48xlarge, 2 devices, 8 logical NeuronCores at "
         "logical-neuroncore-config 2")
-    assert doctor._device_count_check(_with(neuron_ls=None)) is None and doctor._device_count_check(_with(devices=0)) is None
+    assert doctor._device_count_check(_with(neuron_ls=None)) is None  # no neuron-ls
+    assert doctor._device_count_check(_with(devices=0)) is None  # no torch.neuron: the torch.neuron check says why
 
 
 def test_a_many_core_visible_setting_names_trnlab_rank_cores_and_fails_inside_a_rank():

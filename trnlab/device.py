@@ -158,8 +158,8 @@ def _neuron_ls_json(timeout: float = 20.0) -> str | None:
 
 
 def _neuron_ls_devices(*outputs: str | None) -> dict:
-    """What ``neuron-ls`` says, from its JSON or text outputs (the first that has each field wins): ``instance_type``,
-    ``lnc`` (its ``logical-neuroncore-config``), ``cores`` (logical NeuronCores per device), ``holders`` (pid, command)."""
+    """What ``neuron-ls`` says, from its JSON or text outputs (the first that has a field wins): ``instance_type``,
+    ``lnc`` (``logical-neuroncore-config``), ``cores`` (logical NeuronCores per device), ``holders`` (pid, command)."""
     found = {"instance_type": None, "lnc": None, "cores": [], "holders": []}
     for output in outputs:
         for key, value in (_neuron_ls_json_fields(output) or _neuron_ls_text_fields(output or "")).items():
@@ -168,8 +168,8 @@ def _neuron_ls_devices(*outputs: str | None) -> dict:
 
 
 def _neuron_ls_json_fields(output: str | None) -> dict | None:
-    """:func:`_neuron_ls_devices`' fields from ``neuron-ls -j``'s list of devices (``nc_count``, ``neuron_processes``...);
-    from any other JSON, the records that carry those same fields; ``None`` when ``output`` is not JSON."""
+    """:func:`_neuron_ls_devices`' fields from ``neuron-ls -j``'s list of devices (``nc_count``, ``neuron_processes``
+    ...); from any other JSON, the records that carry those same fields; ``None`` when ``output`` is not JSON."""
     try:
         data = json.loads(output or "")
     except ValueError:

@@ -155,7 +155,7 @@ class _Machine:
     dev_neuron: bool = False
     disk: dict = field(default_factory=dict)  # {label: (folder, nearest existing folder, free, total bytes, fs type)}
     devices: int = 0  # the neuron device_count()
-    python: tuple = (3, 12)
+    python: tuple = field(default_factory=lambda: tuple(sys.version_info[:2]))
     torch_neuron: bool = False  # torch has its `neuron` module
     privateuse1: str = "privateuseone"  # the name of PyTorch's out-of-tree backend
     neuron_ls: dict | None = None  # _neuron_ls_devices() where neuron-ls exists
@@ -176,9 +176,10 @@ class _Machine:
         found["neuronx-cc"] = found["neuronx-cc"] or ("on PATH" if shutil.which("neuronx-cc") else None)
         release = Path("/etc/os-release")
         machine = cls(found, dict(os.environ), sys.prefix, release.read_text() if release.is_file() else "",
-                      any(Path("/dev").glob("neuron*")), _disk(), report.device_count if report.backend == "neuron" else 0,
-                      tuple(sys.version_info[:2]), getattr(torch, "neuron", None) is not None,
-                      _compat.privateuse1_backend_name())
+                      any(Path("/dev").glob("neuron*")), _disk(),
+                      report.device_count if report.backend == "neuron" else 0,
+                      torch_neuron=getattr(torch, "neuron", None) is not None,
+                      privateuse1=_compat.privateuse1_backend_name())
         if report.neuron_ls is not None:  # neuron-ls exists: its JSON where it has one, and the text for the header
             machine.neuron_ls = _neuron_ls_devices(_neuron_ls_json(), report.neuron_ls)
         if machine.on_neuron():  # read on Trainium only: the kernel log and the model's files take time
@@ -364,7 +365,7 @@ def _disk_check(m: _Machine) -> _Check | None:
                        + ", tmpfs: in memory" * (kind == "tmpfs") + ")"
                        for label, (folder, at, free, total, kind) in m.disk.items())
     caches = {label: entry for label, entry in m.disk.items() if label != _ROOT}
-    variables = " and ".join(v for v, _ in _CACHE_DIRS.values() if v != _CACHE_DIRS["local NEFF cache"][0])
+    variables = " and ".join(_CACHE_DIRS[label][0] for label in caches)
     fixes = []
     if m.disk.get(_ROOT) and m.disk[_ROOT][3] < _MIN_ROOT_BYTES:
         fixes.append(f"the root volume is {m.disk[_ROOT][3] / 10**9:.0f} GB ({_human_bytes(m.disk[_ROOT][3])}), and "
