@@ -264,10 +264,10 @@ def resolve_device_map(device_map="auto", backend: str | None = None):
     device_map, backend = str(device_map), backend or detect_backend()
     if device_map == "auto":
         if backend == "neuron":
-            warnings.warn("device_map='auto' loads on CPU on Neuron (Accelerate <= 1.15 sizes no neuron device; "
-                          "1.16 asks torch.neuron.mem_get_info, found neither in the Neuron docs nor in a TorchNeuron source snapshot, "
-                          "and falls back to CPU), silently. Using device_map='neuron' instead; pass "
-                          "device_map='neuron' yourself to silence this warning.", UserWarning, stacklevel=2)
+            warnings.warn("device_map='auto' loads on CPU on Neuron, silently (Accelerate <= 1.15 sizes no neuron "
+                          "device; 1.16 asks torch.neuron.mem_get_info, found neither in the Neuron docs nor in a "
+                          "TorchNeuron source snapshot, and falls back to CPU). Using device_map='neuron' instead; "
+                          "pass device_map='neuron' yourself to silence this warning.", UserWarning, stacklevel=2)
             return "neuron"
         return "auto" if backend == "cuda" else "cpu"
     requested = device_map.split(":")[0]
