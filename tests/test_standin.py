@@ -324,6 +324,8 @@ REFUSAL_SCRIPT = """
     except standin.NotAvailableError as e:
         r["error"] = str(e)
     r["after"] = [hasattr(torch, "neuron"), _compat.privateuse1_backend_name(), "torch_neuronx" in sys.modules]
+    import torch.distributed as dist
+    r["process_group"] = hasattr(dist.Backend, "NEURON")  # the stand-in's neuron backend is not registered either
     print(json.dumps(r))
 """
 
@@ -337,6 +339,7 @@ def test_it_refuses_beside_an_installed_torch_neuronx_and_import_torch_goes_on(t
     assert result["stderr"].count("Continuing without it") == 1  # warned once, by the start at trnlab.standin's end
     assert "torch-neuronx 2.13.3.0 is installed" in result["error"] and "unset TRNLAB_NEURON_STANDIN" in result["error"]
     assert not result["autoloaded"] and result["after"] == [False, "privateuseone", False]
+    assert result["process_group"] is False  # init_process_group("neuron") is left to the real TorchNeuron
 
 
 def test_it_refuses_beside_a_registered_torch_neuron_and_is_off_unless_set():
