@@ -61,6 +61,7 @@ BRANCHES = {
     "trnlab/training.py:_page_arguments": STANDIN,
     'notebooks/01_installation_check.ipynb: if report.backend == "neuron":': STANDIN,
     'notebooks/02_inference.ipynb: if device.type == "neuron":': STANDIN,
+    'notebooks/02_inference.ipynb: if device.type == "neuron": #2': STANDIN,
     'notebooks/03_compiled_generation.ipynb: if device.type == "neuron":': STANDIN,
     'notebooks/03_compiled_generation.ipynb: if device.type == "neuron": #2': STANDIN,
     'notebooks/04_training.ipynb: if device.type == "neuron":': STANDIN,
