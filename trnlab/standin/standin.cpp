@@ -16,6 +16,7 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Generator.h>
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 #include <utility>
 
 namespace {
@@ -149,6 +151,38 @@ const at::Generator& default_generator(DeviceIndex d) {
   return all[checked(d < 0 ? current() : d)];
 }
 
+// Page-locked host memory for the device (tensor.pin_memory(), empty(pin_memory=True)): CPU memory the stand-in
+// remembers, so that is_pinned() says true for it, as TorchNeuron's and CUDA's do. DDP's reducer asserts it
+// (find_unused_parameters=True copies its used-parameter map through a pinned tensor).
+struct PinnedAllocator final : at::Allocator {
+  static std::mutex mu;
+  static std::unordered_set<const void*> live;
+  static void release(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      live.erase(p);
+    }
+    c10::free_cpu(p);
+  }
+  static bool holds(const void* p) {
+    std::lock_guard<std::mutex> lock(mu);
+    return live.count(p) > 0;
+  }
+  at::DataPtr allocate(size_t n) override {
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lock(mu);
+      live.insert(p);
+    }
+    return {p, p, &release, c10::Device(c10::kCPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+std::mutex PinnedAllocator::mu;
+std::unordered_set<const void*> PinnedAllocator::live;
+PinnedAllocator g_pinned;
+
 struct StandInHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return g_count > 0; }
@@ -158,8 +192,8 @@ struct StandInHooks final : at::PrivateUse1HooksInterface {
     return at::make_generator<StandInGenerator>(d < 0 ? current() : d);
   }
   at::Device getDeviceFromPtr(void*) const override { return {kNeuron, current()}; }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* p) const override { return PinnedAllocator::holds(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
   DeviceIndex deviceCount() const override { return g_count; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t n) const override {  // FSDP2 frees and refills
     auto* impl = storage.unsafeGetStorageImpl();
