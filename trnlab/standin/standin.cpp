@@ -436,6 +436,17 @@ pybind11::object py_default_generator(int d) {
   return pybind11::reinterpret_steal<pybind11::object>(THPGenerator_initDefaultGenerator(default_generator(d)));
 }
 
+// module.to("neuron") keeps a module's parameters (param.data = moved, as on CUDA) only if a dense neuron tensor and
+// a dense CPU tensor are shallow-copy compatible; c10 lists PrivateUse1 in no dense backend, so without this each
+// tied weight (embed_tokens and lm_head) became two Parameters. As PyTorch's OpenRegMinimal overrides it.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  constexpr auto dense = c10::DispatchKeySet(c10::DispatchKey::Dense);
+  constexpr auto backends = c10::DispatchKeySet({c10::BackendComponent::CPUBit, c10::BackendComponent::PrivateUse1Bit});
+  auto host_or_neuron = [&](c10::DispatchKeySet ks) { return ks.has_any(dense) && ks.has_any(backends); };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (host_or_neuron(self.key_set()) && host_or_neuron(from.key_set()));
+}
+
 const bool hooks_registered = (at::RegisterPrivateUse1HooksInterface(new StandInHooks()), true);
 }  // namespace
 
@@ -456,6 +467,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", at::native::set_tensor_);
   m.impl("set_.source_Storage", at::native::set_);  // which calls the next one
   m.impl("set_.source_Storage_storage_offset", set_storage);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
