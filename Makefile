@@ -123,18 +123,20 @@ browser-deps: setup
 	@$(BIN)/python -c "import playwright" 2>/dev/null || { echo "make: installing playwright into $(VENV) for tests/browser"; $(INSTALL) "playwright>=1.40"; }
 	@command -v ninja >/dev/null || [ -x $(BIN)/ninja ] || { echo "make: installing ninja into $(VENV) for the stand-in neuron device"; $(INSTALL) ninja; }
 
-# One pytest session: unit tests, browser tests, every notebook as committed (with the course's
-# notebook rules, --trnlab-rules), then every notebook once more as on a trn2 (--notebook-env): on the
-# stand-in neuron device (TRNLAB_NEURON_STANDIN=1; built with g++ on first use), in bfloat16, with
-# another small Qwen3 (OTHER_MODEL, built here in seconds: the checked cells tagged bundled-model
-# then run unchecked, every other one must still hold). Spread over TEST_WORKERS processes
-# (pytest-xdist; one file or notebook run per worker at a time). On Trainium the notebooks run one at
-# a time: a kernel holds every NeuronCore it sees, so two would block each other.
-# The stand-in is built (once, about 27 s) in the background as the session starts, not when its first test needs it.
+# One pytest session: unit tests, browser tests, and every notebook twice. First as stored, the run a reader
+# sees (--notebook-env): on the stand-in neuron device (TRNLAB_NEURON_STANDIN=1; built with g++ on first use), in
+# bfloat16, with the bundled model, every checked cell compared. Then as a laptop runs it, with the course's
+# notebook rules (--trnlab-rules): on CPU in float32, with another small Qwen3 (OTHER_MODEL, built here in
+# seconds; TRNLAB_MODEL, which tests/conftest.py unsets for the unit tests): the checked cells tagged
+# bundled-model, device-dependent or dtype-dependent then run unchecked, every other one must still hold.
+# Spread over TEST_WORKERS processes (pytest-xdist; one file or notebook run per worker at a time). On Trainium
+# the notebooks run one at a time: a kernel holds every NeuronCore it sees, so two would block each other.
+# The stand-in is built (once, about 40 s) in the background as the session starts, not when its first test needs it.
 # OMP_NUM_THREADS=1: with two test processes (and torchrun's ranks) on two cores, torch's second
 # CPU thread only waits for a busy core.
 TEST_WORKERS ?= 2
 OTHER_MODEL := $(CURDIR)/build/other-qwen3
+BUNDLED_MODEL := $(CURDIR)/trnlab/assets/tiny-qwen3
 test: setup browser-deps
 	@workers=$(TEST_WORKERS); \
 	if [ "$$($(BIN)/python -c 'import trnlab; print(trnlab.detect_backend())' 2>/dev/null)" = neuron ]; then \
@@ -142,15 +144,19 @@ test: setup browser-deps
 	fi; \
 	{ $(BIN)/python -c "import torch, trnlab.standin as s; s.enable()" >/dev/null 2>&1 & }; \
 	set -x; $(BIN)/python tools/build_model.py --other --overwrite --output "$(OTHER_MODEL)" && \
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks --nbval-lax --trnlab-rules \
-	  -p no:cacheprovider --notebook-env "TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16 TRNLAB_MODEL=$(OTHER_MODEL)" \
+	TRNLAB_MODEL="$(OTHER_MODEL)" OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks \
+	  --nbval-lax --trnlab-rules -p no:cacheprovider \
+	  --notebook-env "TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16 TRNLAB_MODEL=$(BUNDLED_MODEL)" \
 	  -n $$workers --dist loadfile --durations=15
 
-# Re-execute every notebook in place, so the committed outputs are true; copy each one's measured
-# run time and graph count into its introduction (tools/sync_intros.py); then normalize them
-# (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.
+# Re-execute every notebook in place, so the committed outputs are true: as a reader should see them, on the
+# stand-in neuron device in bfloat16 with the bundled model (on a trn2: make notebooks STORED_RUN=, the real device);
+# copy each one's measured run time and graph count into its introduction (tools/sync_intros.py); then normalize
+# them (kernelspec, widget state, machine paths) so that opening them in JupyterLab changes nothing.
+STORED_RUN ?= TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16
 notebooks: setup
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 notebooks/[0-9]*.ipynb
+	env -u TRNLAB_MODEL $(STORED_RUN) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.timeout=900 notebooks/[0-9]*.ipynb
 	$(BIN)/python tools/sync_intros.py notebooks/[0-9]*.ipynb
 	$(BIN)/python tools/normalize_notebooks.py notebooks/[0-9]*.ipynb
 

@@ -15,6 +15,15 @@ from trnlab._compat import clear_detection_caches, privateuse1_backend_name
 from trnlab.settings import _NEURON_STANDIN_ENV_VAR
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _bundled_model_by_default():
+    """Each test module runs without ``TRNLAB_MODEL`` (before its own module fixtures): ``make test`` sets it for the
+    notebooks' laptop run only."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("TRNLAB_MODEL", raising=False)
+        yield
+
+
 @pytest.fixture
 def fake_neuron():
     """A fake ``torch.neuron`` with 4 devices, a ``torch_neuronx``, CUDA hidden (tests/fake_neuron.py); set ``.cores``.

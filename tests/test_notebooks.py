@@ -67,15 +67,14 @@ def test_notebook_follows_the_plugin_rules(path):
     assert notebook_problems(path, require_all_executed=True) == []
 
 
-@pytest.mark.skip(reason="issue 31 item 5: enabled by whoever re-executes the notebooks on the stand-in "
-                         "(TRNLAB_NEURON_STANDIN=1 make notebooks); until then they are stored from CPU float32")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_outputs_come_from_the_stand_in_or_a_trn2(path):
     run = stored_run(path)  # what trnlab.setup() recorded with the outputs (trnlab.run_record)
-    assert run is not None, f"{path.name}: no run record (trnlab.setup()'s line): re-execute it on the stand-in"
+    assert run is not None, f"{path.name}: no run record (trnlab.setup()'s line): re-execute it with make notebooks"
     where = f"{path.name}: its outputs come from {run['device']}{' (STAND-IN)' if run.get('standin') else ''}"
-    assert run["device"] == "neuron", f"{where}: re-execute it with TRNLAB_NEURON_STANDIN=1 (make notebooks)"
+    assert run["device"] == "neuron", f"{where}: re-execute it on the stand-in with make notebooks"
     assert run.get("standin") or run.get("torch-neuronx"), f"{where}, with no torch-neuronx to show a real trn2"
+    assert run["dtype"] == "bfloat16", f"{where} in {run['dtype']}: a trn2 computes in bfloat16 (make notebooks)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
