@@ -296,14 +296,16 @@ def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, caps
 
 
 def test_run_summary_on_neuron_counts_neffs(fake_neuron, monkeypatch, capsys):
-    metrics = [{"graph": "g0"}]
+    metrics = [{"graph_name": "model__0_inference_0"}]
     fake_neuron.get_dynamo_metrics = lambda: list(metrics)
     monkeypatch.setattr("trnlab.device._neuron_ls_output", lambda: None)
     dev.setup()
-    metrics += [{"graph": "g1"}, {"graph": "g2"}]
+    metrics += [{"graph_name": "model__1_forward_1"}, {"graph_name": "model__1_backward_1"}, {"graph": "g3"}]
     lines = trnlab.run_summary().splitlines()
     assert lines[0].endswith("on neuron:0")
-    assert lines[2] == "torch.neuron.get_dynamo_metrics(): 2 NEFF(s) compiled since setup()"
+    assert lines[2] == ("torch.neuron.get_dynamo_metrics(): 3 NEFF(s) compiled (1 forward, 1 backward, 0 inference, "
+                        "1 unnamed) since setup()")
     del metrics[:]
     assert trnlab.run_summary().splitlines()[2] == ("torch.neuron.get_dynamo_metrics(): 0 NEFF(s) compiled "
+                                                    "(0 forward, 0 backward, 0 inference) "
                                                     "since torch.neuron.reset_dynamo_metrics() was last called")

@@ -292,6 +292,11 @@ def test_compiled_workloads_count_one_graph_per_shape_and_bucketing_bounds_them(
     assert [r.new_graphs for r in naive.requests] == [1, 0, 1]
     assert naive.graphs == naive.distinct_shapes == 2
     assert naive.table()[-1]["graphs_so_far"] == 2 and naive.table()[-1]["shapes_so_far"] == 2
+    trnlab.forget_compiled_graphs(model)
+    capped = trnlab.run_generation_workload(model, prompts, 3, backend="eager", recompile_limit=1)
+    # a lowered limit (notebook 03): one graph, then dynamo stops compiling and the 11-long cache runs eagerly
+    assert capped.graphs == 1 < capped.distinct_shapes == 2 and capped.summary()["recompile_limit_hits"] == 1
+    assert ct.identical_outputs(capped, naive)
 
     buckets = trnlab.ShapeBuckets((6, 12), max_new_tokens=3)
     prompts += ct.corpus_prompts(tokenizer, [12, 5], seed=5)

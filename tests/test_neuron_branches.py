@@ -317,7 +317,8 @@ def test_the_stand_in_runs_the_notebooks_trnlab_paths_on_a_neuron_device(standin
     assert facts["model_device"] == facts["args_device"] == "neuron:0" and facts["args_backend"] == "neuron"
     assert facts["precision"].startswith("bf16=True: every Trainium generation computes in bfloat16 natively")
     assert (facts["graphs"], facts["output_device"]) == (0, "cpu")  # generate's output comes back to the CPU
-    assert "0 graph(s) the STAND-IN backend received, no NEFF since setup()" in facts["summary"]
+    assert ("0 graph(s) the STAND-IN backend received, no NEFF (0 forward, 0 backward, 0 inference) since setup()"
+            in facts["summary"])
 
 
 @needs_compiler

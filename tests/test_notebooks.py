@@ -137,6 +137,10 @@ def test_sync_intros_copies_the_measured_figures_into_the_introduction():
     assert synced_intro(intro, graphs=3, seconds=151) == (
         "It takes about 3 min and compiles 3 graph(s); the last cell counts them.")
     assert synced_intro(intro, graphs=16, seconds=42) == intro
+    with_neffs = intro + " A trn2 compiles 12 NEFF(s) (6 forward, 6 backward, 0 inference)."
+    synced = synced_intro(with_neffs, 16, 42, (10, 0, 0, 10))
+    assert synced.endswith("10 NEFF(s) (0 forward, 0 backward, 10 inference).")
+    assert synced_intro(with_neffs, 16, 42, None) == with_neffs   # stored off Neuron: left as it is
     with pytest.raises(ValueError, match="once each"):
         synced_intro("It takes about 4 s, or about 5 s, and compiles 1 graph(s).", graphs=1, seconds=4)
 
@@ -149,3 +153,42 @@ def test_readme_notebook_table_holds_each_notebooks_measured_graph_count():
     assert synced_readme(text, graphs) == text, "run python tools/sync_intros.py notebooks/[0-9]*.ipynb"
     changed = synced_readme(text, {**graphs, "03_compiled_generation": 999})
     assert "| 999 |" in changed and changed.count("| 999 |") == 1
+
+
+def _neff_rows(text):
+    from sync_intros import NEFF_ROW
+
+    table = text.split("<!-- neff-table", 1)[1].split("<!-- end of neff-table -->", 1)[0]
+    return {m[1].strip("`*"): tuple(int(n) for n in re.findall(r"\d+", m[0].split("|", 2)[2]))
+            for m in NEFF_ROW.finditer(table)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_readme_neff_table_and_intro_hold_the_stored_neff_count(path):
+    from sync_intros import README, stored_neffs
+
+    neffs = stored_neffs(json.loads(path.read_text()))
+    run = stored_run(path)
+    if neffs is None and (run is None or run["device"] != "neuron"):
+        pytest.skip(f"{path.name}: stored off Neuron, no NEFF count (re-execute with TRNLAB_NEURON_STANDIN=1; "
+                    "test_notebook_outputs_come_from_the_stand_in_or_a_trn2 requires it)")
+    assert neffs is not None, f"{path.name}: stored on neuron but its last cell prints no NEFF count"
+    assert neffs[0] == sum(neffs[1:]), f"{path.name}: {neffs}: every NEFF is a forward, a backward or an inference"
+    assert _neff_rows(README.read_text())[path.stem] == neffs, "run python tools/sync_intros.py notebooks/[0-9]*.ipynb"
+    intro = " ".join("".join(_cells(path, "markdown")[0]["source"]).split())
+    said = "{} NEFF(s) ({} forward, {} backward, {} inference)".format(*neffs)
+    assert said in intro, f"{path.name}: the introduction must say {said!r}"
+
+
+def test_readme_neff_table_sums_within_the_course_budget_and_sync_rewrites_it():
+    from sync_intros import README, synced_neff_table
+
+    text = README.read_text()
+    rows = _neff_rows(text)
+    assert set(rows) == {p.stem for p in NOTEBOOKS} | {"total"}
+    assert rows.pop("total") == tuple(map(sum, zip(*rows.values())))
+    assert sum(n for n, *_ in rows.values()) <= 24, "issue 31: the course compiles at most 24 NEFFs on a first run"
+    assert synced_neff_table(text, {}) == text
+    changed = _neff_rows(synced_neff_table(text, {"04_training": (30, 15, 15, 0)}))
+    assert changed["04_training"] == (30, 15, 15, 0)
+    assert changed["total"][0] == sum(n for n, *_ in rows.values()) - rows["04_training"][0] + 30

@@ -8,7 +8,9 @@ graph(s) in T s on DEVICE``; its first markdown cell says "about N s" (or "about
 "G graph(s)". ``make notebooks`` runs this after executing them, so the figures in the prose
 are always the stored output's, never typed by hand (tests/test_notebooks.py checks them). The
 README's notebook table (between its ``notebook-table`` markers) gets each notebook's graph count in
-its fourth column.
+its fourth column. Stored on Neuron (the stand-in or a trn2), the last cell also prints the NEFFs from
+``torch.neuron.get_dynamo_metrics()``, forward, backward and inference apart: they go into the
+introduction's "N NEFF(s) (F forward, B backward, I inference)" and the README's ``neff-table``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ DURATION = re.compile(r"about \d+ (?:s|min)\b")
 GRAPHS = re.compile(r"\b\d+ graph\(s\)")
 README = Path(__file__).resolve().parent.parent / "README.md"
 TABLE_ROW = re.compile(r"^(\| `(\w+)` \|[^|]*\|[^|]*\| )(\d+)( \|.*)$", re.M)
+NEFF_SUMMARY = re.compile(r"get_dynamo_metrics\(\): (\d+) .*?\((\d+) forward, (\d+) backward, (\d+) inference")
+NEFFS = re.compile(r"\b\d+ NEFF\(s\) \(\d+ forward, \d+ backward, \d+ inference\)")
+NEFF_ROW = re.compile(r"^\| (`\w+`|\*\*total\*\*) \| \d+ \| \d+ \| \d+ \| \d+ \|$", re.M)
 
 
 def intro_duration(seconds: int) -> str:
@@ -43,11 +48,21 @@ def measured(nb: dict) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def synced_intro(intro: str, graphs: int, seconds: int) -> str:
-    """``intro`` with its one duration and its one graph count replaced by the measured ones."""
-    if len(DURATION.findall(intro)) != 1 or len(GRAPHS.findall(intro)) != 1:
-        raise ValueError("its introduction must say 'about N s' (or 'about N min') and 'G graph(s)' once each")
+def stored_neffs(nb: dict) -> tuple[int, int, int, int] | None:
+    """``(NEFFs, forward, backward, inference)`` from the last code cell's stored output; ``None`` off Neuron."""
+    last = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
+    match = NEFF_SUMMARY.search("".join("".join(o.get("text", "")) for o in last.get("outputs", [])))
+    return tuple(int(n) for n in match.groups()) if match else None
+
+
+def synced_intro(intro: str, graphs: int, seconds: int, neffs: tuple[int, int, int, int] | None = None) -> str:
+    """``intro`` with its one duration, its one graph count and (given ``neffs``) its one NEFF count replaced."""
+    if len(DURATION.findall(intro)) != 1 or len(GRAPHS.findall(intro)) != 1 or len(NEFFS.findall(intro)) > 1:
+        raise ValueError("its introduction must say 'about N s' (or 'about N min') and 'G graph(s)' once each, "
+                         "and 'N NEFF(s) (F forward, B backward, I inference)' at most once")
     intro = DURATION.sub(intro_duration(seconds), intro)
+    if neffs is not None:
+        intro = NEFFS.sub("{} NEFF(s) ({} forward, {} backward, {} inference)".format(*neffs), intro)
     return GRAPHS.sub(f"{graphs} graph(s)", intro)
 
 
@@ -57,7 +72,7 @@ def sync(path: Path, check: bool = False) -> bool:
     nb = json.loads(text)
     first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
     intro = "".join(first["source"])
-    new = synced_intro(intro, *measured(nb))
+    new = synced_intro(intro, *measured(nb), stored_neffs(nb))
     if new == intro:
         return True
     if not check:
@@ -73,6 +88,19 @@ def synced_readme(text: str, graphs: dict[str, int]) -> str:
     table, tail = rest.split("<!-- end of notebook-table -->", 1)
     table = TABLE_ROW.sub(lambda m: f"{m[1]}{graphs.get(m[2], m[3])}{m[4]}", table)
     return f"{head}<!-- notebook-table{table}<!-- end of notebook-table -->{tail}"
+
+
+def synced_neff_table(text: str, neffs: dict[str, tuple[int, int, int, int]]) -> str:
+    """``text`` (the README) with each ``neff-table`` row set to ``neffs[notebook stem]`` and its total row summed."""
+    head, rest = text.split("<!-- neff-table", 1)
+    table, tail = rest.split("<!-- end of neff-table -->", 1)
+    rows = {m[1].strip("`"): m[0] for m in NEFF_ROW.finditer(table) if m[1].startswith("`")}
+    figures = {name: neffs.get(name, tuple(int(n) for n in re.findall(r"\d+", row.split("|", 2)[2])))
+               for name, row in rows.items()}
+    total = tuple(sum(column) for column in zip(*figures.values()))
+    table = NEFF_ROW.sub(lambda m: "| {} | {} | {} | {} | {} |".format(
+        m[1], *(total if m[1] == "**total**" else figures[m[1].strip("`")])), table)
+    return f"{head}<!-- neff-table{table}<!-- end of neff-table -->{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,10 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     for path in stale:
         print(f"{path}: introduction {'out of date' if args.check else 'updated'} from its run_summary() output")
     readme = README.read_text()
-    new = synced_readme(readme, {p.stem: measured(json.loads(p.read_text()))[0] for p in args.notebooks})
+    stored = {p.stem: json.loads(p.read_text()) for p in args.notebooks}
+    neffs = {name: stored_neffs(nb) for name, nb in stored.items()}
+    for name in sorted(name for name, figures in neffs.items() if figures is None):
+        print(f"{name}: its last cell shows no NEFF count (stored off Neuron?), so its NEFF figures stay as they are "
+              "(re-execute it with TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16)", file=sys.stderr)
+    new = synced_readme(readme, {name: measured(nb)[0] for name, nb in stored.items()})
+    new = synced_neff_table(new, {name: figures for name, figures in neffs.items() if figures is not None})
     if new != readme:
         stale.append(README)
-        print(f"README.md: notebook table {'out of date' if args.check else 'updated'} from run_summary() outputs")
+        state = "out of date" if args.check else "updated"
+        print(f"README.md: notebook and NEFF tables {state} from run_summary() outputs")
         if not args.check:
             README.write_text(new)
     return 1 if args.check and stale else 0

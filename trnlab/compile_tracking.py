@@ -74,7 +74,7 @@ def _shorten_paths(text: str) -> str:
 
 
 def _recompile_limit(limit: int | None):
-    """Raise dynamo's limit of graphs per function (8) inside the block, so every shape counts; ``None``: no change."""
+    """Set dynamo's limit of graphs per function (8) inside the block (higher: every shape counts); ``None``: as is."""
     return contextlib.nullcontext() if limit is None else _compat.dynamo_recompile_limit(limit)
 
 
@@ -277,7 +277,7 @@ def run_generation_workload(model, prompts, max_new_tokens: int, *, tokenizer=No
                             compile: bool = True, backend: str | None = None, compile_prefill: bool = False,
                             recompile_limit: int | None = None, label: str | None = None) -> WorkloadResult:
     """Greedy static-cache generation for each prompt in turn, graphs counted per request: a :class:`WorkloadResult`.
-    With ``buckets`` through :func:`bucketed_generate`; ``recompile_limit`` raises dynamo's so every shape counts."""
+    With ``buckets`` through :func:`bucketed_generate`; ``recompile_limit`` sets dynamo's for the run."""
     result = WorkloadResult(label or ("bucketed" if buckets else "unbucketed"), compile_prefill=compile_prefill)
     with _recompile_limit(recompile_limit), result.tracker as tracker:
         for i, ids in enumerate(_prompt_token_ids(prompts, tokenizer)):

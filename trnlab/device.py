@@ -351,6 +351,14 @@ def _neffs() -> list | None:
     return list(getter()) if getter is not None else None
 
 
+def _neff_kinds(metrics: list) -> str:
+    """``"F forward, B backward, I inference"``: the AOTAutograd graph names (``model__0_forward_1``) counted."""
+    names = [str(m.get("graph_name", "") if isinstance(m, dict) else getattr(m, "graph_name", "")) for m in metrics]
+    kinds = {k: sum(k in n for n in names) for k in ("forward", "backward", "inference")}
+    other = len(names) - sum(kinds.values())
+    return ", ".join(f"{n} {k}" for k, n in kinds.items()) + (f", {other} unnamed" if other else "")
+
+
 def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = None,
           dtype: torch.dtype | str | None = None) -> torch.device:
     """Seed every generator, print versions, who holds NeuronCores and the device, and return that device.
@@ -391,10 +399,10 @@ def run_summary() -> str:
     metrics = _neffs()
     if metrics is not None:
         if len(metrics) >= _run["neffs"]:
-            since, neffs = "since setup()", len(metrics) - _run["neffs"]
+            since, metrics = "since setup()", metrics[_run["neffs"]:]
         else:   # reset since setup(): count what is there
-            since, neffs = "since torch.neuron.reset_dynamo_metrics() was last called", len(metrics)
+            since = "since torch.neuron.reset_dynamo_metrics() was last called"
         what = ("graph(s) the STAND-IN backend received, no NEFF" if getattr(torch.neuron, "standin", False)
                 else "NEFF(s) compiled")
-        lines.append(f"torch.neuron.get_dynamo_metrics(): {neffs} {what} {since}")
+        lines.append(f"torch.neuron.get_dynamo_metrics(): {len(metrics)} {what} ({_neff_kinds(metrics)}) {since}")
     return "\n".join(lines)
