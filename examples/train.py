@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, Train
 
 import trnlab
 from trnlab import distributed as td, training
+from trnlab.launcher import check_mesh
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model")  # None: $TRNLAB_MODEL, else the course's bundled tiny Qwen3
@@ -22,7 +23,7 @@ parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--out", default="outputs")
 args = parser.parse_args()
 name = trnlab.model_name(args.model)
-mesh = td.check_mesh(name, args.tp_size, args.fsdp_size, args.batch_size)  # before loading: a refusal names its fix
+mesh = check_mesh(name, args.tp_size, args.fsdp_size, args.batch_size)  # before loading: a refusal names its fix
 td.quiet_rank_output()  # no progress bars or DTensor notes from every rank
 
 model = AutoModelForCausalLM.from_pretrained(
@@ -44,5 +45,5 @@ with td.cpu_mesh_as_multi_device():  # a gloo CPU mesh only: Accelerate takes a 
     trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
 trainer.train()
 if trainer.is_world_process_zero():
-    print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh, "
-          f"{mesh['rank_batch_size']} row(s) per FSDP rank a step")
+    print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "
+          f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step")

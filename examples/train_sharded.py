@@ -6,7 +6,7 @@ Every rank checks the mesh and its batch, loads its shard, reports where its wei
 its slice of each batch, records per step its loss, gradient norm and the update of a few weights (what
 trnlab.distributed.compare_runs compares between two runs, rank by rank), and writes run/rank<N>.json; together
 they save run/model, one ordinary checkpoint that loads in a single process. examples/train.py is the page's calls
-alone; both check the mesh and the rows per rank with trnlab.distributed.check_mesh.
+alone; both check the mesh and the rows per rank with trnlab.launcher.check_mesh.
 """
 import argparse
 import os
@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, Train
 
 import trnlab
 from trnlab import distributed as td, training
+from trnlab.launcher import check_mesh
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -31,7 +32,8 @@ parser.add_argument("--skip-model-check", action="store_true")  # only to show w
 args = parser.parse_args()
 name = trnlab.model_name(args.model)  # --model, else $TRNLAB_MODEL, else the bundled tiny Qwen3
 # Checked here, before any rank loads: a mesh the model cannot split, or FSDP ranks left without a row.
-mesh = td.check_mesh(name, args.tp_size, args.fsdp_size, args.batch_size, check_model=not args.skip_model_check)
+mesh = check_mesh(name, args.tp_size, args.fsdp_size, args.batch_size,
+                  check_model=not args.skip_model_check)
 
 td.quiet_rank_output()
 torch.manual_seed(0)

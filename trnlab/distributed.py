@@ -16,12 +16,11 @@ import torch
 import torch.distributed as dist
 
 from trnlab import _compat, models
-from trnlab.launcher import validate_parallel_sizes
 from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a rank script calls them
 from trnlab.rank_cores import _format_core_list
 from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["Parity", "batch_loss", "check_mesh", "compare_runs", "cpu_mesh_as_multi_device", "global_batches", "greedy_text",
+__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "global_batches", "greedy_text",
            "is_parallelism_refusal", "pad_vocabulary", "parity_recorder", "quiet_rank_output", "rank_report", "read_run",
            "reshard", "save_sharded", "train_single_process", "write_json"]
 
@@ -33,20 +32,6 @@ def quiet_rank_output() -> None:
     hf_logging.disable_progress_bar()
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-
-
-def check_mesh(model, tp_size: int, fsdp_size: int | None = None, batch_size: int = 8,
-               check_model: bool = True) -> dict:
-    """A rank script's check before it loads: the mesh against torchrun's WORLD_SIZE and ``model``, and the rows each
-    FSDP rank gets of the global ``batch_size``; ``fsdp_size=None`` takes the rest. The sizes, or an error with its fix."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it in every rank
-    tp_size = whole_number("--tp-size", tp_size)
-    fsdp_size = max(1, world_size // tp_size) if fsdp_size is None else fsdp_size
-    validate_parallel_sizes(world_size, tp_size, fsdp_size, model_config=model, check_model=check_model)
-    if whole_number("--batch-size", batch_size) % fsdp_size:
-        raise SettingError(f"--batch-size {batch_size} does not split over fsdp_size={fsdp_size} ranks: give a multiple "
-                           f"of {fsdp_size} (each FSDP rank takes batch-size / fsdp-size rows a step)")
-    return {"tp_size": tp_size, "fsdp_size": fsdp_size, "rank_batch_size": batch_size // fsdp_size}
 
 
 def _check_output_folder(output_dir: Path, overwrite: bool) -> None:
