@@ -6,7 +6,7 @@ by tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still spl
 (4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, Slurm's srun and scontrol by a
 loopback stand-in, the DLAMI's environment by this one. Every other argument stays. Each command runs in a folder
 holding `examples/` (the repository's) and `padded-model/` (notebook 05's padded copy of the bundled model).
-About 60 s per command and device on 2 cores: 4 ranks import Transformers, then train 2 steps.
+35-90 s a test and device on 2 cores (580 s for the file): the ranks import Transformers, then train 2 steps.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_standin import needs_compiler
 import trnlab
+from tests.test_standin import needs_compiler
 from trnlab import distributed as td
 from trnlab.launcher import check_mesh
 
@@ -132,7 +132,7 @@ def test_every_printed_distributed_command_is_one_this_file_runs():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one(folder, device):
-    """05: the page's command, then with section 3's padded copy (~70 s a device)."""
+    """05: the page's command, then with section 3's padded copy (~90 s a device)."""
     bare = _one("05", r"train\.py$")
     run = subprocess.run(bare, shell=True, cwd=folder, env=_env(device, folder), capture_output=True, text=True,
                          timeout=300)
@@ -144,7 +144,7 @@ def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
-    """05: both nodes' lines at once on 127.0.0.1, 2 processes each instead of 64, the other tiny model (~60 s)."""
+    """05: both nodes' lines at once on 127.0.0.1, 2 processes each instead of 64, the other tiny model (~50 s)."""
     port = _free_port()
     nodes = [_hub_to_other(line, folder).replace("--master-addr=10.0.0.1", "--master-addr=127.0.0.1")
              .replace("--master-port=29500", f"--master-port={port}")
@@ -157,7 +157,7 @@ def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_slurm_script_parses_and_runs_its_torchrun_line_on_two_loopback_nodes(folder, device, tmp_path):
-    """05: `bash -n`, then the script itself, with srun and scontrol standing in for Slurm's (~60 s)."""
+    """05: `bash -n`, then the script itself, with srun and scontrol standing in for Slurm's (~45-55 s)."""
     script = _one("05", r"^#!/bin/bash")
     activate = re.search(r"^source (\S+)$", script, re.M)
     assert activate and activate.group(1) == "/opt/aws_neuronx_venv_torch_neuronx_2_14_0/bin/activate"  # the DLAMI's
@@ -182,7 +182,7 @@ def test_the_slurm_script_parses_and_runs_its_torchrun_line_on_two_loopback_node
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_notebook_06s_command_runs_with_four_processes(folder, device):
-    """06: one node, 4 processes instead of 64, the other tiny model (~60 s)."""
+    """06: one node, 4 processes instead of 64, the other tiny model (~35-45 s)."""
     line = _hub_to_other(_one("06", r"^torchrun"), folder).replace("--nproc-per-node=64", "--nproc-per-node=4")
     out = _run([line], folder, device)
     assert _trained(device, 4, 1, 16) in out
@@ -190,7 +190,7 @@ def test_notebook_06s_command_runs_with_four_processes(folder, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_readmes_launch_lines_run_as_printed(folder, device):
-    """README: both `python -m trnlab launch` lines, unchanged (~45 s each)."""
+    """README: both `python -m trnlab launch` lines, unchanged (~45-55 s for the two)."""
     for line in printed_commands("README"):
         out = _run([line], folder, device)
         assert _trained(device, 2, 1, 8) in out, line
