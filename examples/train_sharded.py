@@ -5,8 +5,8 @@
 Every rank checks the mesh and its batch, loads its shard, reports where its weights live, trains with Trainer on
 its slice of each batch, records per step its loss, gradient norm and the update of a few weights (what
 trnlab.distributed.compare_runs compares between two runs, rank by rank), and writes run/rank<N>.json; together
-they save run/model, one ordinary checkpoint that loads in a single process. examples/train.py is the page's call
-alone.
+they save run/model, one ordinary checkpoint that loads in a single process. examples/train.py is the page's calls
+alone; both check the mesh and the rows per rank with trnlab.launcher.check_mesh.
 """
 import argparse
 import os
@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, Train
 
 import trnlab
 from trnlab import distributed as td, training
+from trnlab.launcher import check_mesh
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -31,11 +32,8 @@ parser.add_argument("--skip-model-check", action="store_true")  # only to show w
 args = parser.parse_args()
 name = trnlab.model_name(args.model)  # --model, else $TRNLAB_MODEL, else the bundled tiny Qwen3
 # Checked here, before any rank loads: a mesh the model cannot split, or FSDP ranks left without a row.
-trnlab.validate_parallel_sizes(int(os.environ["WORLD_SIZE"]), args.tp_size, args.fsdp_size, model_config=name,
-                               check_model=not args.skip_model_check)
-if args.batch_size % args.fsdp_size:
-    raise SystemExit(f"--batch-size {args.batch_size} does not split over --fsdp-size {args.fsdp_size} ranks: give a "
-                     f"multiple of {args.fsdp_size} (each FSDP rank takes batch-size / fsdp-size rows)")
+mesh = check_mesh(name, args.tp_size, args.fsdp_size, args.batch_size,
+                  check_model=not args.skip_model_check)
 
 td.quiet_rank_output()
 torch.manual_seed(0)
@@ -44,7 +42,7 @@ torch.manual_seed(0)
 model = AutoModelForCausalLM.from_pretrained(
     name,
     dtype=torch.float32,  # fp32 everywhere, so the losses can be compared with one process
-    distributed_config=DistributedConfig(tp_size=args.tp_size, fsdp_size=args.fsdp_size),
+    distributed_config=DistributedConfig(tp_size=mesh["tp_size"], fsdp_size=mesh["fsdp_size"]),
 )
 tokenizer = trnlab.load_tokenizer(name)
 rank = dist.get_rank()
@@ -61,7 +59,7 @@ report["loss_before"] = td.batch_loss(model, td.global_batches(dataset, args.bat
 training_args = TrainingArguments(
     output_dir=args.out,
     max_steps=args.steps,
-    per_device_train_batch_size=args.batch_size // args.fsdp_size,
+    per_device_train_batch_size=mesh["rank_batch_size"],
     learning_rate=args.lr,
     lr_scheduler_type="constant", max_grad_norm=0.0, optim="adamw_torch",  # the reference's recipe
     train_sampling_strategy="sequential",  # rows in order, as the one-process reference sees them

@@ -30,9 +30,9 @@ from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_co
 from trnlab.settings import (_DEFAULT_INSTANCE, _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError,
                              whole_number)
 
-__all__ = ["GiB", "INSTANCES", "Instance", "get_instance", "validate_parallel_sizes", "plan_processes",
-           "torchrun_command", "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes",
-           "LaunchResult", "ProcessPlan"]
+__all__ = ["GiB", "INSTANCES", "Instance", "get_instance", "validate_parallel_sizes", "check_mesh", "plan_processes",
+           "torchrun_command", "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes", "LaunchResult",
+           "ProcessPlan"]
 
 # Instances: the Trainium machines the planner and the launcher know, from the Neuron docs
 #: Bytes in one gibibyte (2**30): every GiB figure of the instance table and the planner.
@@ -198,6 +198,20 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
         raise PlanError(f"pp_size={pp_size} does not divide num_hidden_layers={layers}: use pp_size in "
                         f"{_divisors(layers)}.")
     return sizes
+
+
+def check_mesh(model, tp_size: int, fsdp_size: int | None = None, batch_size: int = 8,
+               check_model: bool = True) -> dict:
+    """A rank script's check before loading: the mesh against WORLD_SIZE and ``model``, and each FSDP rank's rows of
+    the global ``batch_size`` (``fsdp_size=None``: the other ranks). The sizes, else an error that names the fix."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun sets it in every rank
+    tp_size = whole_number("--tp-size", tp_size)
+    fsdp_size = max(1, world_size // tp_size) if fsdp_size is None else fsdp_size
+    validate_parallel_sizes(world_size, tp_size, fsdp_size, model_config=model, check_model=check_model)
+    if whole_number("--batch-size", batch_size) % fsdp_size:
+        raise SettingError(f"--batch-size {batch_size} does not split over fsdp_size={fsdp_size} ranks: give a "
+                           f"multiple of {fsdp_size} (each FSDP rank takes batch-size / fsdp-size rows a step)")
+    return {"tp_size": tp_size, "fsdp_size": fsdp_size, "rank_batch_size": batch_size // fsdp_size}
 
 
 # How many processes, which backend

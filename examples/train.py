@@ -1,0 +1,49 @@
+"""The page's distributed training (claim 10), as a learner types it; examples/train_sharded.py is the full script.
+
+    torchrun --nproc_per_node=4 examples/train.py --model MODEL
+
+Each rank checks the mesh and its rows per step, loads its shard with the page's from_pretrained(...,
+distributed_config=DistributedConfig(...)), and trains it with Trainer on the packed blocks of notebook 04.
+"""
+import argparse
+
+import torch
+from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, TrainingArguments
+
+import trnlab
+from trnlab import distributed as td, training
+from trnlab.launcher import check_mesh
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model")  # None: $TRNLAB_MODEL, else the course's bundled tiny Qwen3
+parser.add_argument("--tp-size", type=int, default=2)
+parser.add_argument("--fsdp-size", type=int)  # None: the other ranks, WORLD_SIZE / tp-size
+parser.add_argument("--batch-size", type=int, default=8)  # rows a step, all FSDP ranks together
+parser.add_argument("--steps", type=int, default=2)
+parser.add_argument("--out", default="outputs")
+args = parser.parse_args()
+name = trnlab.model_name(args.model)
+mesh = check_mesh(name, args.tp_size, args.fsdp_size, args.batch_size)  # before loading: a refusal names its fix
+td.quiet_rank_output()  # no progress bars or DTensor notes from every rank
+
+model = AutoModelForCausalLM.from_pretrained(
+    name,
+    dtype=torch.bfloat16,
+    distributed_config=DistributedConfig(tp_size=mesh["tp_size"], fsdp_size=mesh["fsdp_size"]),
+)
+dataset = training.packed_dataset(trnlab.load_tokenizer(name), training.training_texts(), 96)
+training_args = TrainingArguments(
+    output_dir=args.out,
+    bf16=True,
+    max_steps=args.steps,
+    per_device_train_batch_size=mesh["rank_batch_size"],  # the TP ranks of one FSDP rank get the same rows
+    dataloader_drop_last=True,  # every batch the same shape: one compiled graph (claim 9)
+    use_cpu=model.device.type == "cpu",  # a gloo CPU mesh: without it Accelerate would not see the ranks
+    save_strategy="no", report_to="none", logging_steps=1,
+)
+with td.cpu_mesh_as_multi_device():  # a gloo CPU mesh only: Accelerate takes a sharded model there too (notebook 05)
+    trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+trainer.train()
+if trainer.is_world_process_zero():
+    print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "
+          f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step")

@@ -1,0 +1,207 @@
+"""Every command notebooks 05 and 06 and the README print for a learner to type runs, as printed, on CPU and on the
+STAND-IN neuron device: each is read from the text (a fenced block), not copied here.
+
+Only what a real cluster has is replaced, and each test says what: the hub model Qwen/Qwen3-8B (unreachable here)
+by tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still splits it), a node's 64 processes by 2
+(4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, Slurm's srun and scontrol by a
+loopback stand-in, the DLAMI's environment by this one. Every other argument stays. Each command runs in a folder
+holding `examples/` (the repository's) and `padded-model/` (notebook 05's padded copy of the bundled model).
+35-90 s a test and device on 2 cores (580 s for the file): the ranks import Transformers, then train 2 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trnlab
+from tests.test_standin import needs_compiler
+from trnlab import distributed as td
+from trnlab.launcher import check_mesh
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"05": ROOT / "notebooks" / "05_distributed.ipynb", "06": ROOT / "notebooks" / "06_planning.ipynb",
+           "README": ROOT / "README.md"}
+HUB_MODEL = "Qwen/Qwen3-8B"
+DEVICES = ["cpu", pytest.param("standin", marks=needs_compiler)]
+RANKS = {"cpu": "cpu", "standin": "neuron"}  # the device each rank trained on
+
+
+def _prose(path: Path) -> str:
+    """The text a learner reads: the README, or a notebook's markdown cells."""
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def printed_commands(source: str) -> list[str]:
+    """The commands ``source`` prints in fenced blocks: each torchrun or launch line, each Slurm script whole."""
+    found = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", _prose(SOURCES[source]), re.S):
+        if block.startswith("#!/bin/bash"):
+            found.append(block)
+            continue
+        for line in block.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()  # a trailing comment explains; it is not typed
+            if line.startswith(("torchrun ", "python -m trnlab launch ")):
+                found.append(line)
+    return found
+
+
+def _one(source: str, pattern: str) -> str:
+    matches = [c for c in printed_commands(source) if re.search(pattern, c)]
+    assert len(matches) == 1, (source, pattern, printed_commands(source))
+    return matches[0]
+
+
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Where a learner runs the commands: examples/ (the repository's) and notebook 05's padded-model/."""
+    path = tmp_path_factory.mktemp("learner")
+    (path / "examples").symlink_to(ROOT / "examples")
+    td.pad_vocabulary(None, path / "padded-model", multiple=64)
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_model import main as build_model
+    assert build_model(["--other", "--output", str(path / "other-model")]) == 0
+    return path
+
+
+def _env(device: str, folder: Path) -> dict[str, str]:
+    """This venv's python and torchrun first on PATH, the worktree's trnlab, one thread a rank; the device."""
+    env = {**os.environ, "PATH": f"{folder / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("TRNLAB_NEURON_STANDIN", None)
+    if device == "standin":
+        env["TRNLAB_NEURON_STANDIN"] = "1"
+    return env
+
+
+def _run(commands: list[str], folder: Path, device: str, timeout: int = 400) -> str:
+    """Run the shell ``commands`` at once (one per node) in ``folder``; each must exit 0. Their output, joined."""
+    procs = [subprocess.Popen(command, shell=True, cwd=folder, env=_env(device, folder), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for command in commands]
+    outputs = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, out[-4000:]
+        outputs.append(out)
+    return "\n".join(outputs)
+
+
+def _trained(device: str, tp: int, fsdp: int, rows: int) -> str:
+    """What examples/train.py's rank 0 prints at the end of a run."""
+    return (f"trained 2 steps on a {tp} x {fsdp} (tp x fsdp) mesh of {RANKS[device]} ranks, {rows} row(s) per FSDP "
+            "rank a step")
+
+
+def _hub_to_other(command: str, folder: Path) -> str:
+    assert f"--model {HUB_MODEL}" in command, command
+    return command.replace(f"--model {HUB_MODEL}", f"--model {folder / 'other-model'}")
+
+
+def test_every_printed_distributed_command_is_one_this_file_runs():
+    assert printed_commands("05") == [
+        "torchrun --nproc_per_node=4 examples/train.py",
+        "torchrun --nproc_per_node=4 examples/train.py --model padded-model",
+        *[f"torchrun --nnodes=2 --node-rank={i} --master-addr=10.0.0.1 --master-port=29500 --nproc-per-node=64 "
+          f"examples/train.py --model {HUB_MODEL} --tp-size 4 --batch-size 32" for i in (0, 1)],
+        printed_commands("05")[-1]]
+    assert printed_commands("05")[-1].startswith("#!/bin/bash\n#SBATCH")
+    assert printed_commands("06") == [f"torchrun --nproc-per-node=64 examples/train.py --model {HUB_MODEL} "
+                                      "--tp-size 4 --batch-size 16"]
+    assert printed_commands("README") == ["python -m trnlab launch --nproc-per-node 2 examples/train.py --tp-size 2",
+                                          "python -m trnlab launch --neuron-cores 2-3 examples/train.py --tp-size 2"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one(folder, device):
+    """05: the page's command, then with section 3's padded copy (~90 s a device)."""
+    bare = _one("05", r"train\.py$")
+    run = subprocess.run(bare, shell=True, cwd=folder, env=_env(device, folder), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0 and "vocab_size=761 does not divide by tp_size * fsdp_size = 4" in run.stderr
+    assert "pad_vocabulary" in run.stderr  # the error names its fix
+    out = _run([_one("05", r"--model padded-model$")], folder, device)
+    assert _trained(device, 2, 2, 4) in out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
+    """05: both nodes' lines at once on 127.0.0.1, 2 processes each instead of 64, the other tiny model (~50 s)."""
+    port = _free_port()
+    nodes = [_hub_to_other(line, folder).replace("--master-addr=10.0.0.1", "--master-addr=127.0.0.1")
+             .replace("--master-port=29500", f"--master-port={port}")
+             .replace("--nproc-per-node=64", "--nproc-per-node=2")
+             for line in printed_commands("05") if "--nnodes=2" in line]
+    assert len(nodes) == 2
+    out = _run(nodes, folder, device)
+    assert _trained(device, 4, 1, 32) in out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_slurm_script_parses_and_runs_its_torchrun_line_on_two_loopback_nodes(folder, device, tmp_path):
+    """05: `bash -n`, then the script itself, with srun and scontrol standing in for Slurm's (~45-55 s)."""
+    script = _one("05", r"^#!/bin/bash")
+    activate = re.search(r"^source (\S+)$", script, re.M)
+    assert activate and activate.group(1) == "/opt/aws_neuronx_venv_torch_neuronx_2_14_0/bin/activate"  # the DLAMI's
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    (folder / "bin").mkdir(exist_ok=True)
+    for name, body in {"srun": 'while [[ $1 == --* ]]; do shift; done\n'  # one task per node, all on this machine
+                               'for ((n = 0; n < SLURM_NNODES; n++)); do SLURM_NODEID=$n "$@" & done\n'
+                               'status=0; for job in $(jobs -p); do wait "$job" || status=$?; done; exit $status\n',
+                       "scontrol": "echo 127.0.0.1\n"}.items():
+        (folder / "bin" / name).write_text(f"#!/bin/bash\n{body}")
+        (folder / "bin" / name).chmod(stat.S_IRWXU)
+    rehearsal = (_hub_to_other(script, folder).replace(activate.group(1), str(Path(sys.prefix) / "bin" / "activate"))
+                 .replace("--master-port=29500", f"--master-port={_free_port()}")
+                 .replace("--nproc-per-node=64", "--nproc-per-node=2"))
+    (tmp_path / "job.sbatch").write_text(rehearsal)
+    env_command = f"SLURM_NNODES=2 SLURM_JOB_NODELIST=node[0-1] bash {shlex.quote(str(tmp_path / 'job.sbatch'))}"
+    out = _run([env_command], folder, device)
+    assert _trained(device, 4, 1, 32) in out
+    (folder / "bin" / "srun").unlink()
+    (folder / "bin" / "scontrol").unlink()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_notebook_06s_command_runs_with_four_processes(folder, device):
+    """06: one node, 4 processes instead of 64, the other tiny model (~35-45 s)."""
+    line = _hub_to_other(_one("06", r"^torchrun"), folder).replace("--nproc-per-node=64", "--nproc-per-node=4")
+    out = _run([line], folder, device)
+    assert _trained(device, 4, 1, 16) in out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_readmes_launch_lines_run_as_printed(folder, device):
+    """README: both `python -m trnlab launch` lines, unchanged (~45-55 s for the two)."""
+    for line in printed_commands("README"):
+        out = _run([line], folder, device)
+        assert _trained(device, 2, 1, 8) in out, line
+        assert "the run finished (exit status 0)" in out
+
+
+def test_check_mesh_gives_fsdp_the_other_ranks_and_refuses_what_would_leave_a_rank_without_rows(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "128")
+    assert check_mesh("Qwen/Qwen3-8B", 4, batch_size=32) == {"tp_size": 4, "fsdp_size": 32, "rank_batch_size": 1}
+    with pytest.raises(trnlab.SettingError, match=r"--batch-size 8 does not split over fsdp_size=32 ranks: give a "
+                                                  r"multiple of 32"):
+        check_mesh("Qwen/Qwen3-8B", 4, batch_size=8)  # notebook 05's old cluster line: 8 // 32 = 0 rows
+    with pytest.raises(trnlab.PlanError, match=r"key/value heads = 2.*Use tp_size in \[1, 2\]"):
+        check_mesh(None, 4, batch_size=32)  # the bundled model's 2 key/value heads refuse tp=4
