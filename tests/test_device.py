@@ -292,6 +292,8 @@ def test_run_summary_counts_graphs_since_setup(no_accelerator, monkeypatch, caps
     assert re.fullmatch(r"this notebook compiled 2 graph\(s\) in \d+ s on cpu", first), first
     assert second.startswith("on a trn2: each graph is a neuronx-cc compilation to a NEFF")
     assert "an estimate, from the Neuron docs" in second and "several minutes for large models" in second
+    assert 'a training graph two: TorchNeuron\'s AOT Autograd stage compiles its forward and backward apart, Neuron ' \
+           'docs, "How torch.compile works on Neuron"' in second
     assert more == []  # no NEFF line off Neuron
 
 

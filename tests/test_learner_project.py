@@ -131,10 +131,19 @@ def test_recipe_from_an_index_fails(learner):
     """Near miss: the recipe's install line with `trnlab` for its source fails: no index has trnlab. Run by the
     recipe's pip, in its venv, which has trnlab already: --ignore-installed asks the index all the same, --dry-run
     installs nothing."""
-    install = '"${TRNLAB_SOURCE:-'
-    (line,) = [line for line in learner["script"].splitlines() if install in line]
-    source = line[line.index(install):].split()[0]
+    (line,) = [line for line in learner["script"].splitlines() if '"${TRNLAB_SOURCE:?' in line]
+    source = re.search(r'"\$\{TRNLAB_SOURCE:\?[^}]*\}"', line)[0]
     miss = line.replace(source, "trnlab").replace("pip install", "pip install --dry-run --ignore-installed", 1)
     result = learner["run"](f". .venv/bin/activate\n{miss}\n", learner["repo"])
     assert result.returncode != 0, result.stdout[-2000:]
     assert "No matching distribution found for trnlab" in result.stderr, result.stderr[-2000:]
+
+
+def test_recipe_without_a_source_stops_and_says_what_to_set(learner):
+    """Near miss: with TRNLAB_SOURCE unset, the recipe's install line stops before pip, naming the variable and what
+    to set it to (the course names no address of its own)."""
+    (line,) = [line for line in learner["script"].splitlines() if '"${TRNLAB_SOURCE:?' in line]
+    result = learner["run"](f". .venv/bin/activate\nunset TRNLAB_SOURCE\n{line}\n", learner["repo"])
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "TRNLAB_SOURCE: set it to git+<URL of this repository>, or a checkout path" in result.stderr, (
+        result.stderr[-2000:])

@@ -60,6 +60,9 @@ BRANCHES = {
     "trnlab/training.py:precision_choice": STANDIN,
     "trnlab/training.py:_page_arguments": STANDIN,
     'notebooks/01_installation_check.ipynb: if report.backend == "neuron":': STANDIN,
+    # its real-TorchNeuron arm: tests/test_installation_check.py, with the fake
+    'notebooks/01_installation_check.ipynb: if hasattr(torch, "neuron") and not getattr(torch.neuron, "standin", False):':
+        STANDIN,
     'notebooks/02_inference.ipynb: if device.type == "neuron":': STANDIN,
     'notebooks/02_inference.ipynb: if device.type == "neuron": #2': STANDIN,
     'notebooks/03_compiled_generation.ipynb: if device.type == "neuron":': STANDIN,

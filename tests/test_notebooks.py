@@ -38,9 +38,9 @@ SUMMARY_LINE = re.compile(r"this notebook compiled (\d+) graph\(s\) in (\d+) s o
 
 
 def test_intro_duration_rounds_as_the_convention_says():
-    assert [intro_duration(s) for s in (3, 44, 45, 62, 89, 90, 149, 151, 600)] == [
-        "about 10 s", "about 40 s", "about 50 s", "about 60 s", "about 90 s", "about 2 min", "about 2 min",
-        "about 3 min", "about 10 min"]
+    assert [intro_duration(s) for s in (0, 6, 12, 44, 45, 62, 89, 90, 149, 151, 600)] == [
+        "about 1 s", "about 6 s", "about 10 s", "about 40 s", "about 50 s", "about 60 s", "about 90 s", "about 2 min",
+        "about 2 min", "about 3 min", "about 10 min"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

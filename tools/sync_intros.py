@@ -32,9 +32,11 @@ NEFF_ROW = re.compile(r"^\| (`\w+`|\*\*total\*\*) \| \d+ \| \d+ \| \d+ \| \d+ \|
 
 
 def intro_duration(seconds: int) -> str:
-    """How an introduction says a run time: "about N s" under 90 s (N to the nearest 10), else "about N min"."""
+    """How an introduction says a run time: "about N s" under 90 s (N exact under 10, else nearest 10), else min."""
+    if seconds < 10:
+        return f"about {max(1, seconds)} s"
     if seconds < 90:
-        return f"about {max(10, int(seconds / 10 + 0.5) * 10)} s"
+        return f"about {int(seconds / 10 + 0.5) * 10} s"
     return f"about {int(seconds / 60 + 0.5)} min"
 
 

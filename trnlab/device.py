@@ -390,8 +390,9 @@ def run_summary() -> str:
     graphs = _compat.dynamo_unique_graphs() - _run["graphs"]
     seconds = time.perf_counter() - _run["start"]
     lines = [f"this notebook compiled {graphs} graph(s) in {seconds:.0f} s on {_run['device']}",
-             "on a trn2: each graph is a neuronx-cc compilation to a NEFF (a training graph two, forward and "
-             "backward, as TorchNeuron compiles through AOTAutograd), which can take minutes for a large "
+             "on a trn2: each graph is a neuronx-cc compilation to a NEFF (a training graph two: TorchNeuron's AOT "
+             'Autograd stage compiles its forward and backward apart, Neuron docs, "How torch.compile works on '
+             'Neuron"), which can take minutes for a large '
              'model (an estimate, from the Neuron docs, "How to optimize a model with torch.compile": the first call '
              'with a new input signature "can take several minutes for large models"; no figure is published for a '
              "model as small as the course's); a warm NEFF cache (TORCH_NEURONX_NEFF_CACHE_DIR) lets a re-run skip "
