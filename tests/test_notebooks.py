@@ -74,7 +74,8 @@ def test_notebook_outputs_come_from_the_stand_in_or_a_trn2(path):
     where = f"{path.name}: its outputs come from {run['device']}{' (STAND-IN)' if run.get('standin') else ''}"
     assert run["device"] == "neuron", f"{where}: re-execute it on the stand-in with make notebooks"
     assert run.get("standin") or run.get("torch-neuronx"), f"{where}, with no torch-neuronx to show a real trn2"
-    assert run["dtype"] == "bfloat16", f"{where} in {run['dtype']}: a trn2 computes in bfloat16 (make notebooks)"
+    if "TRNLAB_DTYPE" in "".join(_cells(path)[0]["source"]):  # else it fixes its dtype, saying why (05: float32)
+        assert run["dtype"] == "bfloat16", f"{where} in {run['dtype']}: a trn2 computes in bfloat16 (make notebooks)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
