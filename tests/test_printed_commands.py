@@ -25,7 +25,6 @@ import pytest
 
 import trnlab
 from tests.test_standin import needs_compiler
-from trnlab import distributed as td
 from trnlab.launcher import check_mesh
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +52,7 @@ def printed_commands(source: str) -> list[str]:
             continue
         for line in block.splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()  # a trailing comment explains; it is not typed
-            if line.startswith(("torchrun ", "python -m trnlab launch ")):
+            if line.startswith(("torchrun ", "python -m trnlab launch ", "python -c ")):
                 found.append(line)
     return found
 
@@ -75,7 +74,9 @@ def folder(tmp_path_factory):
     """Where a learner runs the commands: examples/ (the repository's) and notebook 05's padded-model/."""
     path = tmp_path_factory.mktemp("learner")
     (path / "examples").symlink_to(ROOT / "examples")
-    td.pad_vocabulary(None, path / "padded-model", multiple=64)
+    made = subprocess.run(_one("05", r"^python -c .*padded-model"), shell=True, cwd=path, env=_env("cpu", path),
+                          capture_output=True, text=True, timeout=300)  # section 1's line that makes the copy
+    assert made.returncode == 0 and (path / "padded-model" / "config.json").is_file(), made.stderr[-4000:]
     sys.path.insert(0, str(ROOT / "tools"))
     from build_model import main as build_model
     assert build_model(["--other", "--output", str(path / "other-model")]) == 0
@@ -119,6 +120,7 @@ def _hub_to_other(command: str, folder: Path) -> str:
 def test_every_printed_distributed_command_is_one_this_file_runs():
     assert printed_commands("05") == [
         "torchrun --nproc_per_node=4 examples/train.py",
+        "python -c \"from trnlab import distributed as td; td.pad_vocabulary(None, 'padded-model', multiple=64)\"",
         "torchrun --nproc_per_node=4 examples/train.py --model padded-model",
         *[f"torchrun --nnodes=2 --node-rank={i} --master-addr=10.0.0.1 --master-port=29500 --nproc-per-node=64 "
           f"examples/train.py --model {HUB_MODEL} --tp-size 4 --batch-size 32" for i in (0, 1)],
