@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -63,17 +64,17 @@ def test_the_printed_kernel_specs_give_each_kernel_its_own_cores(tmp_path, monke
     assert seen == {"cores-0-1": "0-1", "cores-2-3": "2-3"}  # two kernels of one Jupyter, different cores
 
 
-def test_the_stand_in_cell_on_a_real_neuron_shows_the_real_device_and_starts_no_stand_in(fake_neuron, monkeypatch,
-                                                                                          capsys):
+def test_the_stand_in_cell_on_a_neuron_device_starts_no_stand_in(fake_neuron, monkeypatch, capsys):
     def no_process(*args, **kwargs):
-        raise AssertionError("the cell started the stand-in beside a real TorchNeuron")
+        raise AssertionError("the cell started the stand-in beside a neuron device")
 
     monkeypatch.setattr(subprocess, "run", no_process)
-    exec(_code_cell("page_line = "), {"torch": torch})
-    first, second = capsys.readouterr().out.splitlines()
-    assert first.startswith("TorchNeuron is installed: the stand-in is not used here")
-    assert second == "the real neuron device, the page's line: True 4"
-    assert "TRNLAB_NEURON_STANDIN=1:" not in first + second
+    exec(_code_cell("page_line = "), {"torch": torch, "report": SimpleNamespace(backend="neuron")})
+    assert capsys.readouterr().out == ("this kernel is on a real neuron device: the page's line above ran in it, no "
+                                       "stand-in process needed\n")
+    fake_neuron.standin = True  # a kernel started with TRNLAB_NEURON_STANDIN=1
+    exec(_code_cell("page_line = "), {"torch": torch, "report": SimpleNamespace(backend="neuron")})
+    assert capsys.readouterr().out.startswith("this kernel is on the STAND-IN neuron device:")
 
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None and not (cache_dir() / "ready").exists(),
@@ -81,7 +82,7 @@ def test_the_stand_in_cell_on_a_real_neuron_shows_the_real_device_and_starts_no_
 def test_the_stand_in_cell_elsewhere_runs_the_page_line_on_the_stand_in(monkeypatch, capsys):
     monkeypatch.delattr(torch, "neuron", raising=False)  # no TorchNeuron in this process, as on a laptop
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(NOTEBOOK.parent.parent), os.environ.get("PYTHONPATH", "")]))
-    exec(_code_cell("page_line = "), {"torch": torch})
+    exec(_code_cell("page_line = "), {"torch": torch, "report": SimpleNamespace(backend="cpu")})
     first, second = capsys.readouterr().out.splitlines()
     assert first == "TRNLAB_NEURON_STANDIN=1: True 4"
     assert second.startswith("STAND-IN neuron device")
