@@ -1,5 +1,6 @@
-"""The STAND-IN neuron device: it builds, runs ops, autocast and compiled graphs with CPU's numbers, refuses
-beside a real TorchNeuron, and carries the page's claims through the real Transformers and Accelerate code.
+"""The STAND-IN neuron device: it builds, runs ops, autocast and compiled graphs with CPU's numbers (its bfloat16 and
+float16 matmuls in float32, rounded once), refuses beside a real TorchNeuron, and carries the page's claims through
+the real Transformers and Accelerate code.
 
 Each run is a fresh Python: PyTorch renames its private backend once per process. The extension is built
 once into ``trnlab.standin.cache_dir()`` and loaded from there by every later run. One run carries the device's
@@ -38,7 +39,7 @@ STANDIN_SCRIPT = """
     import sys, torch  # torch first, as a notebook does: its entry point starts the stand-in
     r = {"transformers_at_import": "transformers" in sys.modules, "dynamo_at_import": "torch._dynamo" in sys.modules,
          "standin": getattr(getattr(torch, "neuron", None), "standin", False)}
-    import copy, json, logging, tempfile
+    import copy, json, logging, tempfile, time
     from torch._dynamo.utils import counters
     import trnlab.standin as standin
 
@@ -62,10 +63,33 @@ STANDIN_SCRIPT = """
 
     with torch.autocast("neuron", dtype=torch.bfloat16):
         a_dev = dev(x.to("neuron")); soft = torch.softmax(a_dev, -1)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        a_cpu = cpu(x)
+    # CPU's autocast, but each bfloat16 matmul in float32, rounded once (F.linear with a bias: addmm)
+    bf = lambda t: t.detach().bfloat16().float()
+    a_cpu = torch.addmm(bf(cpu[0].bias), bf(x), bf(cpu[0].weight).t()).bfloat16()
+    a_cpu = torch.addmm(bf(cpu[2].bias), bf(cpu[1](a_cpu)), bf(cpu[2].weight).t()).bfloat16()
     r["autocast_dtype"], r["autocast_softmax_dtype"] = str(a_dev.dtype), str(soft.dtype)
     r["autocast_equal"] = torch.equal(a_dev.cpu(), a_cpu)
+
+    def rounded_once(op, *args, dtype=torch.bfloat16, **out):  # on the stand-in against float32, rounded once
+        got = op(*(a.to(dtype).to("neuron") for a in args), **out)
+        want = op(*(a.to(dtype).float() for a in args)).to(dtype)
+        return str(got.device) == "neuron:0" and got.dtype == dtype and torch.equal(got.cpu(), want)
+    torch.manual_seed(1)
+    m1, m2, m3, b1, b2 = torch.randn(64, 48), torch.randn(48, 40), torch.randn(3, 64, 40), torch.randn(3, 64, 48), \
+        torch.randn(3, 48, 40)
+    out = torch.empty(0, dtype=torch.bfloat16, device="neuron")  # mm.out grows it, as the functional mm does here
+    r["matmuls_in_float32"] = [rounded_once(torch.mm, m1, m2), rounded_once(torch.mm, m1, m2, out=out),
+                               rounded_once(torch.addmm, m2[0], m1, m2), rounded_once(torch.bmm, b1, b2),
+                               rounded_once(torch.baddbmm, m3, b1, b2), rounded_once(torch.mm, m1, m2, dtype=torch.half),
+                               list(out.shape) == [64, 40]]
+    def best_of_3(f):
+        seconds = []
+        for _ in range(3):
+            start = time.perf_counter(); f(); seconds.append(time.perf_counter() - start)
+        return min(seconds)
+    a, b = torch.randn(512, 1024), torch.randn(1024, 512)
+    a_dev, b_dev = a.bfloat16().to("neuron"), b.bfloat16().to("neuron")
+    r["bf16_mm_over_float32"] = best_of_3(lambda: a_dev @ b_dev) / best_of_3(lambda: a @ b)
 
     counters["neuron"].clear()
     with torch.no_grad():
@@ -221,9 +245,12 @@ def test_it_builds_once_into_its_cache_and_says_what_it_is(standin_run):
 def test_forward_backward_and_bf16_autocast_give_cpu_numbers(standin_run):
     assert standin_run["forward_device"] == standin_run["grad_device"] == "neuron:0"
     assert standin_run["forward_equal"] and standin_run["backward_equal"]
-    # TorchNeuron's autocast lists: matmuls in bf16, softmax in fp32; the same bytes as CPU's bf16 kernels
+    # TorchNeuron's autocast lists: matmuls in bf16, softmax in fp32; CPU's kernels, but each bf16 matmul in float32,
+    # rounded once (CPU's own bf16 matmuls are 10-50x slower than float32 without AVX-512 BF16)
     assert (standin_run["autocast_dtype"], standin_run["autocast_softmax_dtype"]) == ("torch.bfloat16", "torch.float32")
     assert standin_run["autocast_equal"]
+    assert standin_run["matmuls_in_float32"] == [True] * 7
+    assert standin_run["bf16_mm_over_float32"] < 5  # CPU's bf16 kernel here: 31x (0.72 s against 0.023 s)
 
 
 @needs_compiler
