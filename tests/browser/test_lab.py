@@ -39,7 +39,7 @@ def panel(page):
 
 def wait_kernel_idle(page, name: str, timeout: float = 60_000) -> None:
     tab(page, name).wait_for(timeout=timeout)
-    tab(page, name).click()
+    tab(page, name).click(timeout=timeout)  # six kernels starting at once can stall the page on 2 busy cores
     indicator = panel(page).locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
     indicator.wait_for(timeout=timeout)
 
