@@ -20,7 +20,7 @@ from transformers.utils import logging
 
 from trnlab import _compat
 from trnlab.assets.corpus import _document, generate_documents
-from trnlab.compile_tracking import CompileTracker, _graphs_compiled, _steady_median
+from trnlab.compile_tracking import CompileTracker, _steady_median
 from trnlab.device import _bf16_supported
 from trnlab.generation import compile_backend as pick_compile_backend
 from trnlab.plots import _draw_loss_curve
@@ -508,11 +508,11 @@ class LiveLossPlot(TrainerCallback):
             self._handle.update(Image(data=self._render()))
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._graphs, self._handle = _graphs_compiled(), None
+        self._graphs, self._handle = _compat.dynamo_unique_graphs(), None
         self._show(new=True)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if (now := _graphs_compiled()) > self._graphs:
+        if (now := _compat.dynamo_unique_graphs()) > self._graphs:
             self.compiled_steps.append(state.global_step)
         self._graphs = now
 
