@@ -23,7 +23,6 @@ from trnlab.assets.corpus import _document, generate_documents
 from trnlab.compile_tracking import CompileTracker, _steady_median
 from trnlab.device import _bf16_supported
 from trnlab.generation import compile_backend as pick_compile_backend
-from trnlab.plots import _draw_loss_curve
 from trnlab.settings import _environment, quiet_transformers, whole_number
 
 __all__ = [
@@ -487,7 +486,10 @@ class LiveLossPlot(TrainerCallback):
         if self.reference:
             ax.plot(list(self.reference), list(self.reference.values()), "--", color="grey",
                     label=self.reference_label)
-        _draw_loss_curve(ax, self.steps, self.losses, self.compiled_steps, label="this run")
+        line, = ax.plot(self.steps, self.losses, marker=".", label="this run")
+        for step in self.compiled_steps:  # dotted: a step that compiled a graph
+            ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
+        ax.set(xlabel="optimizer step", ylabel="training loss")
         ax.set_title(f"{self.title} (dotted: a graph was compiled)", fontsize=10)
         if self.reference:
             ax.legend(fontsize=8)
