@@ -24,7 +24,7 @@ import psutil
 
 from trnlab.device import (_backend_available, core_holders_notice, detect_backend, _device_count, _neuron_core_holders,
                            _neuron_ls_json, _neuron_ls_output, _neuron_module)
-from trnlab.models import load_config, _text_config
+from trnlab.models import load_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
 from trnlab.settings import (_DEFAULT_INSTANCE, _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError,
@@ -123,7 +123,7 @@ def _divisors(n: int) -> list[int]:
 
 def _tp_dimensions(config) -> dict[str, int]:
     """The widths of ``config`` that tensor parallelism splits: ``{"num_attention_heads": 32, ...}``."""
-    text = _text_config(config)
+    text = config.get_text_config()  # a multimodal config nests it
     return {attr: getattr(text, attr) for attr, _ in _TP_DIMENSIONS if isinstance(getattr(text, attr, None), int)}
 
 
@@ -184,7 +184,7 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
         raise PlanError(f"cannot check the mesh against model {model_config!r}: {exc}") from None
     if problem := _tp_problem(config, tp_size, world_size):
         raise PlanError(problem)
-    text = _text_config(config)
+    text = config.get_text_config()  # a multimodal config nests it
     vocab, shards = getattr(text, "vocab_size", None), tp_size * fsdp_size
     tied = getattr(config, "tie_word_embeddings", getattr(text, "tie_word_embeddings", False))
     if tied and fsdp_size * dp_replicate_size > 1 and isinstance(vocab, int) and vocab % shards:
