@@ -114,14 +114,17 @@ def _bf16_supported(backend: str | None = None) -> bool:
     return backend == "cuda" and torch.cuda.is_bf16_supported()
 
 
+def _installed(name: str) -> str | None:
+    """The installed distribution's version, None if absent (the stand-in's ``torch_neuronx`` module is none)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _package_versions() -> dict[str, str | None]:
     """Installed versions of the packages the course depends on (``None``: not installed)."""
-    versions = {}
-    for name in ("torch", "transformers", "accelerate", "torch-neuronx"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    versions = {name: _installed(name) for name in ("torch", "transformers", "accelerate", "torch-neuronx")}
     loaded = sys.modules.get("torch_neuronx")
     if versions["torch-neuronx"] is None and loaded is not None:
         versions["torch-neuronx"] = getattr(loaded, "__version__", "unknown")
@@ -295,8 +298,12 @@ def _accelerator_memory(device: torch.device | str) -> dict | None:
             "max_allocated": int(accelerator.max_memory_allocated(index))}
 
 
-def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
+def _human_bytes(n: int) -> str:
+    """``n`` bytes for a reader: ``"512 B"``, ``"3.4 MiB"``, ``"1.2 GiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def format_accelerator_memory(device: torch.device | str) -> str:
@@ -306,8 +313,9 @@ def format_accelerator_memory(device: torch.device | str) -> str:
     if memory is None:
         return (f"{device}: the CPU has no such counter (torch.accelerator.memory_allocated counts the memory "
                 "of an accelerator, CUDA or Neuron); on CPU, tensors live in this process's ordinary RAM.")
-    return (f"{device}: {_mib(memory['allocated'])} allocated by tensors now, {_mib(memory['max_allocated'])} "
-            "at most so far (torch.accelerator.memory_allocated / max_memory_allocated)")
+    return (f"{device}: {_human_bytes(memory['allocated'])} allocated by tensors now, "
+            f"{_human_bytes(memory['max_allocated'])} at most so far (torch.accelerator.memory_allocated / "
+            "max_memory_allocated)")
 
 
 #: How to release NeuronCores, said wherever a process is found holding them.
