@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.metadata
 import json
 import os
 import random
@@ -20,7 +19,7 @@ import torch
 
 from trnlab import __version__, _compat
 from trnlab.rank_cores import _visible_cores_setting
-from trnlab.run_record import record_run
+from trnlab.run_record import _installed, record_run
 from trnlab.settings import _DEVICE_CHOICES, NotAvailableError, _check, _read_settings
 
 __all__ = ["setup", "run_summary", "detect_backend", "pick_device", "resolve_dtype", "resolve_device_map",
@@ -112,14 +111,6 @@ def _bf16_supported(backend: str | None = None) -> bool:
         return bool(check()) if check is not None else True
     # The course counts no CPU as native: it trains there in the dtype the weights were loaded in.
     return backend == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def _installed(name: str) -> str | None:
-    """The installed distribution's version, None if absent (the stand-in's ``torch_neuronx`` module is none)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _package_versions() -> dict[str, str | None]:

@@ -23,11 +23,12 @@ import torch
 from trnlab import _compat
 from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _INSTALL_HINTS, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT,
                            _backend_available, _bf16_supported, _device_count, _format_core_holders, _human_bytes,
-                           _installed, _neuron_ls_devices, _neuron_ls_json, _neuron_ls_output, _package_versions)
+                           _neuron_ls_devices, _neuron_ls_json, _neuron_ls_output, _package_versions)
 from trnlab.launcher import INSTANCES
 from trnlab.models import (_BUNDLED_MODEL_DIR, _MODEL_ENV_VAR, _WEIGHT_PATTERNS, _is_bundled, _missing_model_files,
                            model_name)
 from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR, _parse_core_list
+from trnlab.run_record import _installed
 from trnlab.settings import _DEVICE_ENV_VAR, SettingError, _read_setting, _setting_problems
 
 __all__ = ["DeviceReport", "device_report", "run_checks", "show_report"]
