@@ -155,8 +155,8 @@ def global_batches(dataset: list[dict], batch_size: int, steps: int) -> list[dic
 
 def train_single_process(model, dataset: list[dict], *, steps: int, batch_size: int,
                          learning_rate: float = 1e-3, output_dir=None) -> list[float]:
-    """The one-process reference: ``Trainer`` with the recipe of notebook 05's script, the same data and global batch
-    (``batch_size`` rows a step, in order); its losses."""
+    """The one-process reference: ``Trainer`` with the same recipe, data and global batch; its losses.
+    The recipe is notebook 05's script's; ``batch_size`` rows a step, taken in order."""
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
     with tempfile.TemporaryDirectory(prefix="trnlab-reference-") as scratch:
