@@ -89,9 +89,8 @@ def detect_backend() -> str:
     return next(b for b in _BACKENDS if _backend_available(b))
 
 
-def _device_count(backend: str | None = None) -> int:
-    """How many devices of ``backend`` (default: the detected one) this process sees."""
-    backend = backend or detect_backend()
+def _device_count(backend: str) -> int:
+    """How many devices of ``backend`` this process sees."""
     if not _backend_available(backend):
         return 0
     if _current_accelerator() == backend:
@@ -101,9 +100,8 @@ def _device_count(backend: str | None = None) -> int:
     return torch.cuda.device_count() if backend == "cuda" else 1
 
 
-def _bf16_supported(backend: str | None = None) -> bool:
+def _bf16_supported(backend: str) -> bool:
     """Whether ``backend`` computes in bfloat16 natively (every Trainium generation does)."""
-    backend = backend or detect_backend()
     if not _backend_available(backend):
         return False
     if backend == "neuron":
