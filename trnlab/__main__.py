@@ -82,11 +82,7 @@ def _launch(argv: list[str] | None = None) -> int:
             cmd, plan = _launch_command(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
                                         tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
                                         neuron_cores=args.neuron_cores, python="torchrun", tee=False)
-            print(f"{shlex.join(cmd)}\n# {plan}")
-            if sizes is not None:
-                planning = importlib.import_module("trnlab.planning")  # the optional planner, only when needed
-                memory = planning.plan_memory(args.model, *sizes, workload="train")
-                print("# " + planning.format_plan(memory).replace("\n", "\n# "))
+            print(f"{shlex.join(cmd)}\n# {plan}")  # bytes per rank: python -m trnlab plan --tp ... --train
             return 0
         return launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node, tp_size=args.tp_size,
                       fsdp_size=args.fsdp_size, model=args.model, timeout=args.timeout,
