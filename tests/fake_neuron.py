@@ -51,6 +51,13 @@ class FakeNeuronModule(types.ModuleType):
         """Nothing to seed: no tensor lives here."""
 
 
+def accelerate_shared_states() -> list[dict]:
+    """The Borg dicts behind Accelerate's ``PartialState`` and ``AcceleratorState``, which remember the first device.
+    Empty when Accelerate's state module is not imported yet."""
+    state = sys.modules.get("accelerate.state")
+    return [] if state is None else [state.PartialState._shared_state, state.AcceleratorState._shared_state]
+
+
 @contextlib.contextmanager
 def fake_neuron(cores: int = 4, bf16: bool = True):
     """``torch.neuron`` faked with ``cores`` devices, a ``torch_neuronx`` in sys.modules, CUDA hidden and the
@@ -61,7 +68,7 @@ def fake_neuron(cores: int = 4, bf16: bool = True):
     module = FakeNeuronModule(cores, bf16)
     saved_attr = torch.__dict__.get("neuron", _MISSING)
     saved_modules = {key: sys.modules.get(key, _MISSING) for key in ("torch.neuron", "torch_neuronx")}
-    saved_states = [(state, dict(state)) for state in _compat.accelerate_shared_states()]
+    saved_states = [(state, dict(state)) for state in accelerate_shared_states()]
     saved_cuda, active = (torch.cuda.is_available, torch.cuda.device_count), [True]
     if name != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
@@ -93,7 +100,7 @@ def fake_neuron(cores: int = 4, bf16: bool = True):
                 sys.modules[key] = leftover
             else:
                 sys.modules.pop(key, None)
-        for state in _compat.accelerate_shared_states():
+        for state in accelerate_shared_states():
             state.clear()
         for state, snapshot in saved_states:
             state.update(snapshot)

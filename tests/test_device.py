@@ -222,7 +222,7 @@ def test_accelerator_memory_reads_torch_accelerator(monkeypatch, backend):
     assert dev._accelerator_memory(backend) == {"allocated": 3 * 2**20, "max_allocated": 5 * 2**30}
     assert asked[2:] == [1, 1]  # no index: the current device
     assert trnlab.format_accelerator_memory(f"{backend}:0") == (
-        f"{backend}:0: 3.0 MiB allocated by tensors now, 5.00 GiB at most so far "
+        f"{backend}:0: 3.0 MiB allocated by tensors now, 5.0 GiB at most so far "
         "(torch.accelerator.memory_allocated / max_memory_allocated)")
     other = "cuda" if backend == "neuron" else "neuron"
     with pytest.raises(ValueError, match=f"{other}:0 is not this process's accelerator \\({backend}\\)"):

@@ -111,17 +111,11 @@ def test_pad_vocabulary_refuses_a_file_and_the_bundled_model(tmp_path):
     assert trnlab.load_config(td.pad_vocabulary(None, tmp_path / "empty")).vocab_size == 768
 
 
-def test_trainer_path_is_a_working_trainer(tmp_path):
-    """The Trainer path runs on Trainium/GPUs only; here its arguments are checked on a plain model."""
+def test_the_one_process_reference_trains_the_global_batch_in_order(tmp_path):
     model = trnlab.load_model(None, device="cpu", dtype=torch.float32).train()
-    tokenizer = trnlab.load_tokenizer()
-    dataset = training.packed_dataset(tokenizer, training.training_texts(8), 32)
-    trainer = td._build_trainer(model, dataset, steps=2, batch_size=4, dp_size=2, learning_rate=1e-3,
-                                output_dir=tmp_path)
-    assert trainer.args.per_device_train_batch_size == 2 and trainer.args.max_grad_norm == 0.0
-    assert trainer.args.lr_scheduler_type == "constant" and trainer.args.dataloader_drop_last
-    batch = next(iter(trainer.get_train_dataloader()))
-    assert tuple(batch["input_ids"].shape) == (2, 32)  # this rank's half of the global batch
+    dataset = training.packed_dataset(trnlab.load_tokenizer(), training.training_texts(8), 32)
+    losses = td.train_single_process(model, dataset, steps=2, batch_size=4, output_dir=tmp_path)
+    assert len(losses) == 2 and all(loss > 0 for loss in losses)
 
 
 # ------------------------------------------------------------------ one real sharded run

@@ -105,9 +105,8 @@ def test_torchrun_command_starts_each_rank_through_rank_cores():
                               neuron_cores="4-7")
     assert shlex.join(cmd) == ("torchrun --standalone --nproc-per-node=2 -m trnlab.rank_cores 4-5 "
                                "train.py --out run")
-    module = tl.torchrun_command("pkg.train", nproc_per_node=1, module=True, python="torchrun", tee=False,
-                                 neuron_cores=[3])
-    assert module[-5:] == ["-m", "trnlab.rank_cores", "3", "-m", "pkg.train"]
+    one = tl.torchrun_command("train.py", nproc_per_node=1, python="torchrun", tee=False, neuron_cores=[3])
+    assert one[-4:] == ["-m", "trnlab.rank_cores", "3", "train.py"]
 
 
 def test_rank_cores_refuses_to_run_outside_torchrun(tmp_path):
@@ -237,8 +236,8 @@ def test_multinode_commands_give_each_node_its_rank_and_one_endpoint():
         f"torchrun --nnodes=2 --node-rank={i} --master-addr=10.0.0.1 --master-port=29500 "
         f"--nproc-per-node=64 train.py --steps 3" for i in (0, 1)]
     c10d = tl.multinode_commands("train.py", nnodes=2, nproc_per_node=8, rdzv_endpoint="h:1",
-                                 rdzv_backend="c10d", rdzv_id="job7")
-    assert "--rdzv-endpoint=h:1" in c10d[1] and "--rdzv-id=job7" in c10d[1]
+                                 rdzv_backend="c10d")
+    assert "--rdzv-endpoint=h:1" in c10d[1] and "--rdzv-id=trnlab" in c10d[1]
     assert not any(a.startswith("--node-rank") for a in c10d[1])  # c10d ignores it
     with pytest.raises(SettingError, match="HOST:PORT"):
         tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2)
@@ -376,7 +375,6 @@ def test_dry_run_checks_a_shipped_model_offline_like_plan(monkeypatch, capsys, n
                  "train.py"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("torchrun --standalone --nproc-per-node=4 train.py\n")
-    assert "# Qwen/Qwen3-8B on tp=2 x fsdp=2, training" in out
     with pytest.raises(PlanError, match="tp_size=3 does not divide the model's attention heads = 32"):
         tl.validate_parallel_sizes(3, 3, 1, model_config="Qwen/Qwen3-8B")
 

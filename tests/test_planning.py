@@ -463,8 +463,6 @@ def test_cli_json_for_a_shipped_model_works_offline(capsys, monkeypatch):
     assert (out["recommended"]["tp_size"], out["checkpointing"]) == (1, "full")
     assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--tp", "0"]) == 2
     assert capsys.readouterr().err == "error: tp_size=0: give a whole number >= 1\n"
-    assert trnlab_main(["plan", "--model", "Qwen/Qwen3-8B", "--gradient-checkpointing", "--checkpointing", "none"]) == 2
-    assert "contradicts --checkpointing none" in capsys.readouterr().err
 
 
 def test_cli_reads_a_config_file_and_trnlab_model(capsys, monkeypatch, tmp_path):

@@ -383,7 +383,7 @@ def test_sanitize_masks_each_value_in_its_context():
 
 def test_run_summarys_own_seconds_are_masked_and_its_graph_count_is_not(monkeypatch):
     from trnlab import device
-    from trnlab.compile_tracking import _graphs_compiled as graphs_compiled
+    from trnlab._compat import dynamo_unique_graphs as graphs_compiled
 
     summaries, now = {}, time.perf_counter()
     monkeypatch.setattr(time, "perf_counter", lambda: now)  # the clock run_summary() reads

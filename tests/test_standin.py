@@ -200,7 +200,7 @@ STANDIN_SCRIPT = """
     counters["neuron"].clear()
     static = model.generate(**inputs, max_new_tokens=3, do_sample=False, cache_implementation="static")
     r["claim6_graphs"], r["claim6_same_tokens"] = counters["neuron"]["compiled_graphs"], bool((static == eager).all())
-    r["claim6_backend"] = _compat.default_compile_config(model).backend
+    r["claim6_backend"] = model._default_compile_config().backend
     counters["neuron"].clear()
     model.generate(**inputs, max_new_tokens=3, do_sample=False, cache_implementation="static", disable_compile=True)
     r["claim6_disabled_graphs"] = counters["neuron"]["compiled_graphs"]

@@ -61,6 +61,7 @@ _CONSTANTS = {
 
 __all__ = list(_MODULE_OF)
 
+
 def __getattr__(name: str):
     # Import a public name's module on first use (PEP 562), so `import trnlab` stays light.
     module = _MODULE_OF.get(name)

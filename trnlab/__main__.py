@@ -82,11 +82,7 @@ def _launch(argv: list[str] | None = None) -> int:
             cmd, plan = _launch_command(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
                                         tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
                                         neuron_cores=args.neuron_cores, python="torchrun", tee=False)
-            print(f"{shlex.join(cmd)}\n# {plan}")
-            if sizes is not None:
-                planning = importlib.import_module("trnlab.planning")  # the optional planner, only when needed
-                memory = planning.plan_memory(args.model, *sizes, workload="train")
-                print("# " + planning.format_plan(memory).replace("\n", "\n# "))
+            print(f"{shlex.join(cmd)}\n# {plan}")  # bytes per rank: python -m trnlab plan --tp ... --train
             return 0
         return launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node, tp_size=args.tp_size,
                       fsdp_size=args.fsdp_size, model=args.model, timeout=args.timeout,
@@ -120,21 +116,15 @@ def _plan(argv: list[str] | None = None) -> int:
                    help="activation checkpointing for --train: auto (default: the least recompute that fits), none, "
                         "selective (every --checkpoint-every-th layer, TorchTitan's layer-level selective AC) or full")
     p.add_argument("--checkpoint-every", type=int, default=2, help="selective: checkpoint every k-th layer (default 2)")
-    p.add_argument("--gradient-checkpointing", action="store_true", help="the same as --checkpointing full")
     p.add_argument("--cache-length", type=int, help="static KV cache positions (default: --seq)")
     p.add_argument("--shards", action="store_true", help="list every tensor's shard on one rank")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = p.parse_args(argv)
-    checkpointing = "full" if args.gradient_checkpointing else args.checkpointing
-    if args.gradient_checkpointing and args.checkpointing not in ("auto", "full"):
-        print(f"error: --gradient-checkpointing means --checkpointing full; it contradicts --checkpointing "
-              f"{args.checkpointing}: give one of them", file=sys.stderr)
-        return 2
     try:
         plan = planning.plan_mesh(args.model, args.instance, "train" if args.train else "inference", batch=args.batch,
                                   seq=args.seq, headroom=args.headroom, nodes=args.nodes, tp_size=args.tp,
                                   fsdp_size=args.fsdp, dtype=args.dtype, master_weights=args.master_weights,
-                                  gradient_checkpointing=None if checkpointing == "auto" else checkpointing,
+                                  gradient_checkpointing=None if args.checkpointing == "auto" else args.checkpointing,
                                   cache_length=args.cache_length, checkpoint_every=args.checkpoint_every)
     except SettingError as exc:  # PlanError included
         if args.json:

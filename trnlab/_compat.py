@@ -97,11 +97,6 @@ def valid_auto_compile_criteria(model, model_kwargs: dict, generation_config) ->
     return bool(model._valid_auto_compile_criteria(model_kwargs, generation_config))
 
 
-def default_compile_config(model):
-    """``PreTrainedModel._default_compile_config()``: the CompileConfig generate uses by default."""
-    return model._default_compile_config()
-
-
 def attention_implementation(model) -> str | None:
     """``model.config._attn_implementation`` ("eager", "sdpa", ...)."""
     return getattr(model.config, "_attn_implementation", None)
@@ -190,13 +185,6 @@ def clear_detection_caches() -> None:
         module = sys.modules.get(module_name)
         if module is not None:
             getattr(module, function_name).cache_clear()
-
-
-def accelerate_shared_states() -> list[dict]:
-    """The Borg dicts behind Accelerate's ``PartialState`` and ``AcceleratorState``, which remember the first device.
-    Empty when Accelerate's state module is not imported yet."""
-    state = sys.modules.get("accelerate.state")
-    return [] if state is None else [state.PartialState._shared_state, state.AcceleratorState._shared_state]
 
 
 # The stand-in neuron device's dynamo backend, built as TorchNeuron's is

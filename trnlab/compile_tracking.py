@@ -30,14 +30,9 @@ def _steady_median(seconds) -> float | None:
     return statistics.median(seconds) if seconds else None
 
 
-def _graphs_compiled() -> int:
-    """Graphs dynamo has compiled in this process so far (all backends)."""
-    return _compat.dynamo_unique_graphs()
-
-
 def _counters() -> tuple[int, float, int]:
     """Graphs, compile seconds and recompile-limit hits so far (past the limit a function runs eagerly, uncounted)."""
-    return _graphs_compiled(), _compat.dynamo_compile_seconds(), _compat.dynamo_recompile_limit_hits()
+    return _compat.dynamo_unique_graphs(), _compat.dynamo_compile_seconds(), _compat.dynamo_recompile_limit_hits()
 
 
 def forget_compiled_graphs(model=None) -> None:
@@ -135,12 +130,12 @@ class CompileTracker:
         if not self._open:
             raise RuntimeError("CompileTracker.call() works only inside the tracker's with block: "
                                "`with CompileTracker() as tracker: with tracker.call(...): ...`")
-        graphs, seconds, start = _graphs_compiled(), _compat.dynamo_compile_seconds(), time.perf_counter()
+        (graphs, seconds, _), start = _counters(), time.perf_counter()
         try:
             yield
         finally:
-            self.calls.append(_CallRecord(label, time.perf_counter() - start, _graphs_compiled() - graphs,
-                                          _compat.dynamo_compile_seconds() - seconds))
+            now = _counters()
+            self.calls.append(_CallRecord(label, time.perf_counter() - start, now[0] - graphs, now[1] - seconds))
 
     def summary(self) -> dict:
         """The block's figures: graphs, compile seconds, calls, the first call's and the steady calls' median time."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.metadata
 import json
 import os
 import random
@@ -20,7 +19,7 @@ import torch
 
 from trnlab import __version__, _compat
 from trnlab.rank_cores import _visible_cores_setting
-from trnlab.run_record import record_run
+from trnlab.run_record import _installed, record_run
 from trnlab.settings import _DEVICE_CHOICES, NotAvailableError, _check, _read_settings
 
 __all__ = ["setup", "run_summary", "detect_backend", "pick_device", "resolve_dtype", "resolve_device_map",
@@ -90,9 +89,8 @@ def detect_backend() -> str:
     return next(b for b in _BACKENDS if _backend_available(b))
 
 
-def _device_count(backend: str | None = None) -> int:
-    """How many devices of ``backend`` (default: the detected one) this process sees."""
-    backend = backend or detect_backend()
+def _device_count(backend: str) -> int:
+    """How many devices of ``backend`` this process sees."""
     if not _backend_available(backend):
         return 0
     if _current_accelerator() == backend:
@@ -102,9 +100,8 @@ def _device_count(backend: str | None = None) -> int:
     return torch.cuda.device_count() if backend == "cuda" else 1
 
 
-def _bf16_supported(backend: str | None = None) -> bool:
+def _bf16_supported(backend: str) -> bool:
     """Whether ``backend`` computes in bfloat16 natively (every Trainium generation does)."""
-    backend = backend or detect_backend()
     if not _backend_available(backend):
         return False
     if backend == "neuron":
@@ -116,12 +113,7 @@ def _bf16_supported(backend: str | None = None) -> bool:
 
 def _package_versions() -> dict[str, str | None]:
     """Installed versions of the packages the course depends on (``None``: not installed)."""
-    versions = {}
-    for name in ("torch", "transformers", "accelerate", "torch-neuronx"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    versions = {name: _installed(name) for name in ("torch", "transformers", "accelerate", "torch-neuronx")}
     loaded = sys.modules.get("torch_neuronx")
     if versions["torch-neuronx"] is None and loaded is not None:
         versions["torch-neuronx"] = getattr(loaded, "__version__", "unknown")
@@ -295,8 +287,12 @@ def _accelerator_memory(device: torch.device | str) -> dict | None:
             "max_allocated": int(accelerator.max_memory_allocated(index))}
 
 
-def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
+def _human_bytes(n: int) -> str:
+    """``n`` bytes for a reader: ``"512 B"``, ``"3.4 MiB"``, ``"1.2 GiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def format_accelerator_memory(device: torch.device | str) -> str:
@@ -306,8 +302,9 @@ def format_accelerator_memory(device: torch.device | str) -> str:
     if memory is None:
         return (f"{device}: the CPU has no such counter (torch.accelerator.memory_allocated counts the memory "
                 "of an accelerator, CUDA or Neuron); on CPU, tensors live in this process's ordinary RAM.")
-    return (f"{device}: {_mib(memory['allocated'])} allocated by tensors now, {_mib(memory['max_allocated'])} "
-            "at most so far (torch.accelerator.memory_allocated / max_memory_allocated)")
+    return (f"{device}: {_human_bytes(memory['allocated'])} allocated by tensors now, "
+            f"{_human_bytes(memory['max_allocated'])} at most so far (torch.accelerator.memory_allocated / "
+            "max_memory_allocated)")
 
 
 #: How to release NeuronCores, said wherever a process is found holding them.

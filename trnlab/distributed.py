@@ -153,29 +153,21 @@ def global_batches(dataset: list[dict], batch_size: int, steps: int) -> list[dic
     return out
 
 
-def _build_trainer(model, dataset: list[dict], *, steps: int, batch_size: int, dp_size: int,
-                   learning_rate: float, output_dir):
-    """A ``Trainer`` around ``model`` with the recipe of notebook 05's script, for the one-process reference.
-    ``batch_size`` is the global batch: each of the ``dp_size`` data-parallel ranks gets ``batch_size // dp_size``."""
-    from transformers import PrinterCallback, Trainer, TrainingArguments
-
-    args = TrainingArguments(
-        output_dir=str(output_dir), report_to=[], save_strategy="no", max_steps=steps,
-        per_device_train_batch_size=batch_size // dp_size, learning_rate=learning_rate,
-        lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, logging_steps=1,
-        dataloader_drop_last=True, optim="adamw_torch", use_cpu=model.device.type == "cpu",
-        train_sampling_strategy="sequential", disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset)
-    trainer.remove_callback(PrinterCallback)  # it prints every log dict, timings included; callers log losses
-    return trainer
-
-
 def train_single_process(model, dataset: list[dict], *, steps: int, batch_size: int,
                          learning_rate: float = 1e-3, output_dir=None) -> list[float]:
-    """The one-process reference: ``Trainer`` with the same recipe, data and global batch; its losses."""
+    """The one-process reference: ``Trainer`` with the same recipe, data and global batch; its losses.
+    The recipe is notebook 05's script's; ``batch_size`` rows a step, taken in order."""
+    from transformers import PrinterCallback, Trainer, TrainingArguments
+
     with tempfile.TemporaryDirectory(prefix="trnlab-reference-") as scratch:
-        trainer = _build_trainer(model, dataset, steps=steps, batch_size=batch_size, dp_size=1,
-                                 learning_rate=learning_rate, output_dir=output_dir or scratch)
+        args = TrainingArguments(
+            output_dir=str(output_dir or scratch), report_to=[], save_strategy="no", max_steps=steps,
+            per_device_train_batch_size=batch_size, learning_rate=learning_rate,
+            lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, logging_steps=1,
+            dataloader_drop_last=True, optim="adamw_torch", use_cpu=model.device.type == "cpu",
+            train_sampling_strategy="sequential", disable_tqdm=True)
+        trainer = Trainer(model=model, args=args, train_dataset=dataset)
+        trainer.remove_callback(PrinterCallback)  # it prints every log dict, timings included; callers log losses
         trainer.train()
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 

@@ -22,12 +22,13 @@ import torch
 
 from trnlab import _compat
 from trnlab.device import (_BACKENDS, _DEFAULT_NEFF_CACHE, _INSTALL_HINTS, _NEFF_CACHE_VAR, _RELEASE_CORES_HINT,
-                           _backend_available, _bf16_supported, _device_count, _format_core_holders,
+                           _backend_available, _bf16_supported, _device_count, _format_core_holders, _human_bytes,
                            _neuron_ls_devices, _neuron_ls_json, _neuron_ls_output, _package_versions)
 from trnlab.launcher import INSTANCES
 from trnlab.models import (_BUNDLED_MODEL_DIR, _MODEL_ENV_VAR, _WEIGHT_PATTERNS, _is_bundled, _missing_model_files,
                            model_name)
 from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR, _parse_core_list
+from trnlab.run_record import _installed
 from trnlab.settings import _DEVICE_ENV_VAR, SettingError, _read_setting, _setting_problems
 
 __all__ = ["DeviceReport", "device_report", "run_checks", "show_report"]
@@ -249,14 +250,6 @@ def _oom_kills() -> list[str] | None:
         except OSError:
             return None
     return [f"{command} (PID {pid})" for pid, command in re.findall(r"Killed process (\d+) \(([^)]*)\)", log)]
-
-
-def _installed(name: str) -> str | None:
-    """The installed distribution's version, None if absent (the stand-in's ``torch_neuronx`` module is none)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _native(version: str | None) -> bool:
@@ -505,13 +498,6 @@ def run_checks(report: DeviceReport, machine: _Machine | None = None) -> list[_C
                                        _compiler_lnc_check, _device_count_check, _torchrun_check, _cores_check)),
     ]
     return [check for check in checks if check is not None]
-
-
-def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def _format_report(report: DeviceReport, checks: list[_Check]) -> str:

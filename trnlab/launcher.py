@@ -24,7 +24,7 @@ import psutil
 
 from trnlab.device import (_backend_available, core_holders_notice, detect_backend, _device_count, _neuron_core_holders,
                            _neuron_ls_json, _neuron_ls_output, _neuron_module)
-from trnlab.models import load_config, _text_config
+from trnlab.models import load_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
 from trnlab.settings import (_DEFAULT_INSTANCE, _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError,
@@ -123,7 +123,7 @@ def _divisors(n: int) -> list[int]:
 
 def _tp_dimensions(config) -> dict[str, int]:
     """The widths of ``config`` that tensor parallelism splits: ``{"num_attention_heads": 32, ...}``."""
-    text = _text_config(config)
+    text = config.get_text_config()  # a multimodal config nests it
     return {attr: getattr(text, attr) for attr, _ in _TP_DIMENSIONS if isinstance(getattr(text, attr, None), int)}
 
 
@@ -184,7 +184,7 @@ def validate_parallel_sizes(world_size: int, tp_size: int = 1, fsdp_size: int = 
         raise PlanError(f"cannot check the mesh against model {model_config!r}: {exc}") from None
     if problem := _tp_problem(config, tp_size, world_size):
         raise PlanError(problem)
-    text = _text_config(config)
+    text = config.get_text_config()  # a multimodal config nests it
     vocab, shards = getattr(text, "vocab_size", None), tp_size * fsdp_size
     tied = getattr(config, "tie_word_embeddings", getattr(text, "tie_word_embeddings", False))
     if tied and fsdp_size * dp_replicate_size > 1 and isinstance(vocab, int) and vocab % shards:
@@ -297,13 +297,9 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
 
 
 # Commands
-def _script_argv(script, script_args=(), module: bool = False) -> list[str]:
-    return (["-m", str(script)] if module else [str(script)]) + [str(a) for a in script_args]
-
-
 def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, nnodes: int = 1, node_rank: int = 0,
-                     rdzv_endpoint: str | None = None, rdzv_backend: str = "static", rdzv_id: str = "trnlab",
-                     module: bool = False, python: str | None = None, tee: bool = True, neuron_cores=None) -> list[str]:
+                     rdzv_endpoint: str | None = None, rdzv_backend: str = "static", python: str | None = None,
+                     tee: bool = True, neuron_cores=None) -> list[str]:
     """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting).
     One node without ``rdzv_endpoint`` runs ``--standalone``; ``rdzv_backend`` is ``"static"`` or ``"c10d"``;
     ``python="torchrun"`` writes the console script; ``neuron_cores="4-7"`` gives local rank ``i`` the ``i``-th core."""
@@ -323,7 +319,7 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
         host, _, port = rdzv_endpoint.rpartition(":")
         cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}", f"--master-port={port}"]
     elif rdzv_backend == "c10d":
-        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", "--rdzv-id=trnlab"]
     else:
         raise SettingError(f"rdzv_backend={rdzv_backend!r}: use 'static' or 'c10d'")
     cmd += [f"--nproc-per-node={nproc_per_node}"]
@@ -331,7 +327,7 @@ def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = Non
         cmd += ["--tee=3"]
     if neuron_cores is not None:  # the first nproc_per_node of them, one per rank
         cmd += ["-m", "trnlab.rank_cores", _format_core_list(rank_neuron_cores(nproc_per_node, neuron_cores))]
-    return cmd + _script_argv(script, script_args, module)
+    return cmd + [str(a) for a in (script, *script_args)]
 
 
 def multinode_commands(script, script_args=(), *, nnodes: int, python: str | None = "torchrun", tee: bool = False,
@@ -361,34 +357,32 @@ def _node_processes(instance: str, nproc_per_node: int | None, neuron_cores) -> 
 
 
 def slurm_script(script, script_args=(), *, nnodes: int, instance: str = _DEFAULT_INSTANCE,
-                 nproc_per_node: int | None = None, port: int = 29500, job_name: str = "trnlab",
-                 venv: str | None = None, module: bool = False, neuron_cores=None) -> str:
+                 nproc_per_node: int | None = None, neuron_cores=None) -> str:
     """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes, one torchrun per node.
-    ``venv`` is activated on every node; ``neuron_cores`` limits every node to those cores (trnlab installed there).
+    ``neuron_cores`` limits every node to those cores (trnlab installed there).
     Raises :class:`PlanError` for trn1 or more processes or cores than a node of ``instance`` has."""
     whole_number("nnodes", nnodes)
     nproc_per_node, cores = _node_processes(instance, nproc_per_node, neuron_cores)
-    worker_argv = _script_argv(script, script_args, module)
+    worker_argv = [str(a) for a in (script, *script_args)]
     cores_note = ""
     if cores is not None:
         worker_argv = ["-m", "trnlab.rank_cores", _format_core_list(cores)] + worker_argv
         cores_note = (f"\n# Each rank gets its own core of {_format_core_list(cores)} through trnlab.rank_cores "
                       "(trnlab installed on every node).")
-    activate = f"source {shlex.quote(venv + '/bin/activate')}\n" if venv else ""
     # The single-quoted part expands on each node, inside its own srun task ($SLURM_NODEID);
     # the script and its arguments follow as "$@", quoted once, here.
     per_node = ("'exec torchrun --nnodes=\"$SLURM_NNODES\" --node-rank=\"$SLURM_NODEID\" "
-                f"--master-addr=\"$HEAD_NODE\" --master-port={port} --nproc-per-node={nproc_per_node} "
+                f"--master-addr=\"$HEAD_NODE\" --master-port=29500 --nproc-per-node={nproc_per_node} "
                 "\"$@\"' torchrun-on-node")
     return f"""#!/bin/bash
-#SBATCH --job-name={job_name}
+#SBATCH --job-name=trnlab
 #SBATCH --nodes={nnodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
 #SBATCH --output=%x-%j.out
 # {nnodes} x {instance}: {nproc_per_node} processes (NeuronCores) per node, {nnodes * nproc_per_node} ranks.{cores_note}
 set -euo pipefail
-{activate}export HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun --ntasks-per-node=1 bash -c {per_node} {shlex.join(worker_argv)}
 """
 
@@ -606,14 +600,14 @@ def _launch_command(script, script_args=(), *, nproc_per_node=None, device=None,
 
 def launch(script, script_args=(), *, nproc_per_node: int | None = None, device: str | None = None,
            tp_size: int | None = None, fsdp_size: int | None = None, model=None, timeout: float | None = 600.0,
-           env: dict[str, str] | None = None, module: bool = False, echo: bool = True, check: bool = False,
-           grace: float = 15.0, neuron_cores=None) -> LaunchResult:
+           env: dict[str, str] | None = None, echo: bool = True, check: bool = False, grace: float = 15.0,
+           neuron_cores=None) -> LaunchResult:
     """Run ``script`` under ``torchrun`` on this machine, streaming every rank's lines live; a :class:`LaunchResult`.
     Bad input raises :class:`SettingError` before anything starts, ``check=True`` a failed run :class:`LaunchError`;
     on all NeuronCores TorchNeuron gives each rank its own core (pre-release source snapshot); on a subset, trnlab."""
     _check_timeouts(timeout, grace)
     cmd, plan = _launch_command(script, script_args, nproc_per_node=nproc_per_node, device=device, tp_size=tp_size,
-                                fsdp_size=fsdp_size, model=model, module=module, neuron_cores=neuron_cores)
+                                fsdp_size=fsdp_size, model=model, neuron_cores=neuron_cores)
     if echo:
         print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
         listing = (_neuron_ls_json() or _neuron_ls_output()) if plan.device == "neuron" else None
@@ -628,8 +622,7 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
 
 
 def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_node: int = 1,
-                          rdzv_backend: str = "static", timeout: float | None = 300.0, env: dict | None = None,
-                          module: bool = False, echo: bool = True, grace: float = 15.0) -> LaunchResult:
+                          timeout: float | None = 300.0, echo: bool = True, grace: float = 15.0) -> LaunchResult:
     """Rehearse a multi-node run on this machine: ``nnodes`` torchrun launchers on 127.0.0.1.
     They get the :func:`multinode_commands` a cluster would and form one gloo job; handling is :func:`launch`'s."""
     _check_timeouts(timeout, grace)
@@ -637,10 +630,9 @@ def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     commands = multinode_commands(script, script_args, nnodes=nnodes, nproc_per_node=nproc_per_node,
-                                  rdzv_endpoint=f"127.0.0.1:{port}", rdzv_backend=rdzv_backend,
-                                  rdzv_id=f"loopback-{uuid.uuid4().hex[:8]}", module=module, python=None, tee=True)
+                                  rdzv_endpoint=f"127.0.0.1:{port}", python=None, tee=True)
     plan = plan_processes(nnodes * nproc_per_node, "cpu")
     if echo:
         for node, cmd in enumerate(commands):
             print(f"$ {shlex.join(cmd)}    # node {node}", flush=True)
-    return _run_commands(commands, {**plan.env, **(env or {})}, timeout, grace, echo)
+    return _run_commands(commands, plan.env, timeout, grace, echo)

@@ -134,11 +134,6 @@ def explained_load_errors(name: str):
         raise _not_available(name, exc) from exc
 
 
-def _text_config(config):
-    """The language-model part of ``config`` (a multimodal config nests it), else ``config`` itself."""
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def _lacks(where: str, missing: list, required: bool) -> None:
     if missing:
         raise PlanError(f"{where} lacks {', '.join(missing)}" + required * (
@@ -220,7 +215,7 @@ def load_config(name=None, *, required: bool = False):
             with explained_load_errors(source):
                 config = AutoConfig.from_pretrained(source)
         config.name_or_path, where = shipped or str(folder), f"config of {name!r}"
-    _lacks(where, [f for f in _REQUIRED_FIELDS if required and getattr(_text_config(config), f, None) is None],
+    _lacks(where, [f for f in _REQUIRED_FIELDS if required and getattr(config.get_text_config(), f, None) is None],
            required)
     return config
 

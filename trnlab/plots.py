@@ -111,16 +111,6 @@ def bucket_slider(lengths: Iterable[int], max_buckets: int = 8, value: int = 4):
     return widgets.VBox([slider, summary, picture])
 
 
-def _draw_loss_curve(ax, steps: Sequence[int], losses: Sequence[float], compiled_steps: Iterable[int] = (),
-                     label: str | None = None, **plot_kwargs):
-    """Draw a loss curve on ``ax``, with a dotted line at every step that compiled a graph."""
-    line, = ax.plot(steps, losses, marker=".", label=label, **plot_kwargs)
-    for step in compiled_steps:
-        ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
-    ax.set(xlabel="optimizer step", ylabel="training loss")
-    return line
-
-
 def plot_strategy_comparison(results: Mapping[str, Mapping]):
     """Bar charts of :meth:`TrainingRecorder.summary` dicts, one bar per strategy; returns the figure.
     A panel per figure present (graphs, compile seconds, step time, waste, tokens/s, loss); "n/a": a missing one."""

@@ -13,7 +13,7 @@ from trnlab.settings import SettingError, whole_number
 __all__ = ["rank_neuron_cores"]
 
 _VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"  # the Neuron runtime's: the NeuronCores a process may use
-_USAGE = "usage: python -m trnlab.rank_cores CORES (SCRIPT | -m MODULE) [ARGS...]  (CORES: 4-7 or 0,2,5, one per rank)"
+_USAGE = "usage: python -m trnlab.rank_cores CORES SCRIPT [ARGS...]  (CORES: 4-7 or 0,2,5, one per rank)"
 
 
 def _parse_core_list(value, name: str = _VISIBLE_CORES_VAR) -> list[int]:
@@ -93,13 +93,9 @@ def _core_for_this_rank(cores: str, local_rank: str | None) -> str:
 def _main(argv: list[str] | None = None) -> None:
     """``python -m trnlab.rank_cores CORES SCRIPT ...``: run SCRIPT with this rank's NeuronCore visible."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) < 2 or (argv[1] == "-m" and len(argv) < 3):
+    if len(argv) < 2:
         raise SystemExit(_USAGE)
     os.environ[_VISIBLE_CORES_VAR] = _core_for_this_rank(argv[0], os.environ.get("LOCAL_RANK"))
-    if argv[1] == "-m":
-        sys.argv = [argv[2], *argv[3:]]
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-        return
     script = argv[1]
     if not os.path.isfile(script):
         raise SystemExit(f"trnlab.rank_cores: no script {script!r} (run from the folder that holds it, "

@@ -19,6 +19,14 @@ RECORD_KEY = "trnlab"
 _PACKAGES = ("torch", "transformers", "torch-neuronx")
 
 
+def _installed(name: str) -> str | None:
+    """The installed distribution's version, None if absent (the stand-in's ``torch_neuronx`` module is none)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _device_type(device) -> str:
     """``"neuron:0"``, ``torch.device("cuda", 1)``, ``"CPU"`` -> ``"neuron"``, ``"cuda"``, ``"cpu"``."""
     return str(getattr(device, "type", device)).strip().lower().partition(":")[0]
@@ -53,11 +61,7 @@ def _record(device, dtype, model: str | None = None) -> dict:
     record["standin"] = record["device"] == "neuron" and _standin_active()
     if model is not None:
         record["model"] = str(model)
-    for package in _PACKAGES:
-        try:
-            record[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            pass
+    record.update({package: version for package in _PACKAGES if (version := _installed(package))})
     record["trnlab"] = __version__
     return record
 

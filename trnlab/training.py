@@ -20,10 +20,9 @@ from transformers.utils import logging
 
 from trnlab import _compat
 from trnlab.assets.corpus import _document, generate_documents
-from trnlab.compile_tracking import CompileTracker, _graphs_compiled, _steady_median
+from trnlab.compile_tracking import CompileTracker, _steady_median
 from trnlab.device import _bf16_supported
 from trnlab.generation import compile_backend as pick_compile_backend
-from trnlab.plots import _draw_loss_curve
 from trnlab.settings import _environment, quiet_transformers, whole_number
 
 __all__ = [
@@ -487,7 +486,10 @@ class LiveLossPlot(TrainerCallback):
         if self.reference:
             ax.plot(list(self.reference), list(self.reference.values()), "--", color="grey",
                     label=self.reference_label)
-        _draw_loss_curve(ax, self.steps, self.losses, self.compiled_steps, label="this run")
+        line, = ax.plot(self.steps, self.losses, marker=".", label="this run")
+        for step in self.compiled_steps:  # dotted: a step that compiled a graph
+            ax.axvline(step, color=line.get_color(), linestyle=":", alpha=0.5)
+        ax.set(xlabel="optimizer step", ylabel="training loss")
         ax.set_title(f"{self.title} (dotted: a graph was compiled)", fontsize=10)
         if self.reference:
             ax.legend(fontsize=8)
@@ -508,11 +510,11 @@ class LiveLossPlot(TrainerCallback):
             self._handle.update(Image(data=self._render()))
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._graphs, self._handle = _graphs_compiled(), None
+        self._graphs, self._handle = _compat.dynamo_unique_graphs(), None
         self._show(new=True)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if (now := _graphs_compiled()) > self._graphs:
+        if (now := _compat.dynamo_unique_graphs()) > self._graphs:
             self.compiled_steps.append(state.global_step)
         self._graphs = now
 

@@ -9,7 +9,6 @@ import dataclasses
 import hashlib
 import importlib.abc
 import importlib.machinery
-import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -23,6 +22,7 @@ import torch
 
 from trnlab import _compat
 from trnlab.rank_cores import _VISIBLE_CORES_VAR, _parse_core_list
+from trnlab.run_record import _installed
 from trnlab.settings import _NEURON_STANDIN_ENV_VAR, NotAvailableError
 from trnlab._standin_entry import autoload, _pending
 
@@ -324,10 +324,8 @@ class _OnDynamoImport(importlib.abc.MetaPathFinder):
 
 
 def _real_torchneuron() -> str | None:
-    try:
-        return f"torch-neuronx {importlib.metadata.version('torch-neuronx')} is installed"
-    except importlib.metadata.PackageNotFoundError:
-        pass
+    if version := _installed("torch-neuronx"):
+        return f"torch-neuronx {version} is installed"
     existing = torch.__dict__.get("neuron")
     if existing is not None and not getattr(existing, "standin", False):
         return f"torch.neuron is already registered ({existing!r})"
