@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -229,62 +230,9 @@ def test_single_node_command_is_a_list_with_standalone_rendezvous_and_rank_prefi
     assert cmd[3:] == ["--standalone", "--nproc-per-node=4", "--tee=3", "train.py", "--steps", "3"]
 
 
-def test_multinode_commands_give_each_node_its_rank_and_one_endpoint():
-    cmds = tl.multinode_commands("train.py", ["--steps", "3"], nnodes=2, nproc_per_node=64,
-                                 rdzv_endpoint="10.0.0.1:29500")
-    assert [shlex.join(c) for c in cmds] == [
-        f"torchrun --nnodes=2 --node-rank={i} --master-addr=10.0.0.1 --master-port=29500 "
-        f"--nproc-per-node=64 train.py --steps 3" for i in (0, 1)]
-    c10d = tl.multinode_commands("train.py", nnodes=2, nproc_per_node=8, rdzv_endpoint="h:1",
-                                 rdzv_backend="c10d")
-    assert "--rdzv-endpoint=h:1" in c10d[1] and "--rdzv-id=trnlab" in c10d[1]
-    assert not any(a.startswith("--node-rank") for a in c10d[1])  # c10d ignores it
-    with pytest.raises(SettingError, match="HOST:PORT"):
-        tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2)
-    assert tl.multinode_commands("t.py", nnodes=1, nproc_per_node=1) == [  # one node is a valid run too
-        tl.torchrun_command("t.py", nproc_per_node=1, python="torchrun", tee=False)]
-    with pytest.raises(SettingError, match="needs rdzv_endpoint='HOST:PORT'"):
-        tl.multinode_commands("t.py", nnodes=2, nproc_per_node=1)
-
-
-def test_slurm_script_runs_one_torchrun_per_node_with_its_own_node_rank(tmp_path):
-    script = tl.slurm_script("train.py", ["--name", "it's"], nnodes=2, instance="trn2.48xlarge")
-    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
-    assert "--nproc-per-node=64" in script  # 16 Trainium2 chips x 4 logical NeuronCores
-    path = tmp_path / "job.sh"
-    path.write_text(script)
-    subprocess.run(["bash", "-n", str(path)], check=True)
-    # Run it with stand-ins for Slurm and torchrun: each node's task must get its own rank.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fakes = {"scontrol": "echo node-a; echo node-b",
-             "srun": 'shift; for i in 0 1; do SLURM_NODEID=$i "$@"; done',
-             "torchrun": 'echo "torchrun $*"'}
-    for name, body in fakes.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_NNODES": "2",
-           "SLURM_JOB_NODELIST": "node-[a-b]"}
-    out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == [
-        f"torchrun --nnodes=2 --node-rank={i} --master-addr=node-a --master-port=29500 "
-        f"--nproc-per-node=64 train.py --name it's" for i in (0, 1)]
-    with pytest.raises(PlanError, match="unknown instance"):
-        tl.slurm_script("t.py", nnodes=2, instance="p5.48xlarge")
-    with pytest.raises(PlanError, match="trn1 .* has no native `neuron` device"):
-        tl.slurm_script("t.py", nnodes=2, instance="trn1.32xlarge")
-    assert tl.get_instance("trn2.3xlarge").cores_per_host == 4
-
-
-def test_cli_dry_run_prints_the_scale_out_commands(capsys):
+def test_cli_dry_run_refuses_a_wrong_product(capsys):
     from trnlab.__main__ import main
 
-    assert main(["launch", "--dry-run", "--nnodes", "2", "--nproc-per-node", "64",
-                 "--rdzv-endpoint", "node0:29500", "train.py", "--steps", "3"]) == 0
-    out = capsys.readouterr().out
-    assert "# on node 1:\ntorchrun --nnodes=2 --node-rank=1 --master-addr=node0" in out
-    assert main(["launch", "--slurm", "--nnodes", "2", "train.py"]) == 0
-    assert "#SBATCH --nodes=2" in capsys.readouterr().out
     assert main(["launch", "--dry-run", "--nproc-per-node", "4", "--tp-size", "2", "--fsdp-size", "3",
                  "train.py"]) == 2
     assert "launch 6 processes" in capsys.readouterr().err
@@ -297,20 +245,10 @@ def nothing_starts(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--dry-run", "--nnodes", "0"], "--nnodes=0: give a whole number >= 1"),
-    (["--dry-run", "--nnodes", "-3"], "--nnodes=-3: give a whole number >= 1"),
-    (["--nnodes", "0"], "--nnodes=0: give a whole number"),
-    (["--slurm", "--nnodes", "0"], "--nnodes=0: give a whole number"),
     (["--dry-run", "--tp-size", "0"], "tp_size=0: give a whole number >= 1"),
     (["--dry-run", "--tp-size", "2", "--fsdp-size", "-1"], "fsdp_size=-1: give a whole number"),
     (["--tp-size", "0", "--nproc-per-node", "1"], "tp_size=0: give a whole number"),
     (["--dry-run", "--nproc-per-node", "0"], "--nproc-per-node=0: give a whole number >= 1"),
-    (["--dry-run", "--nnodes", "2"], "a multi-node run needs --nproc-per-node"),
-    (["--slurm", "--nnodes", "2", "--instance", "trn1.32xlarge", "--nproc-per-node", "32"],
-     "trn1.32xlarge: trn1 .* has no native `neuron` device"),
-    (["--slurm", "--nnodes", "2", "--nproc-per-node", "128"],
-     "nproc_per_node=128: a trn2.48xlarge node has 64 NeuronCores"),
-    (["--slurm", "--nnodes", "2", "--neuron-cores", "60-67"], "names core 67, but a trn2.48xlarge node has cores 0-63"),
     (["--dry-run", "--neuron-cores", "1,1"], "names core 1 twice"),
     (["--timeout", "0", "--nproc-per-node", "1"], "timeout=0.0: give a number of seconds > 0"),
     (["--dry-run", "--tp-size", "2", "--model", "/nonexistent/model"], "cannot check the mesh against model"),
@@ -326,41 +264,11 @@ def test_cli_refuses_bad_counts_before_anything_starts(argv, message, nothing_st
 
 
 def test_python_api_refuses_the_same_bad_counts(nothing_starts):
-    with pytest.raises(SettingError, match="node_rank=2 with nnodes=2: node ranks run from 0 to 1"):
-        tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2, node_rank=2, rdzv_endpoint="h:1")
-    with pytest.raises(SettingError, match="node_rank=-1"):
-        tl.torchrun_command("t.py", nproc_per_node=1, nnodes=2, node_rank=-1, rdzv_endpoint="h:1")
-    with pytest.raises(SettingError, match="nnodes=0: give a whole number >= 1"):
-        tl.slurm_script("t.py", nnodes=0)
-    with pytest.raises(PlanError, match="trn1"):
-        tl.slurm_script("t.py", nnodes=2, instance="trn1.32xlarge", nproc_per_node=32)
-    with pytest.raises(PlanError, match="trn2.48xlarge node has 64 NeuronCores"):
-        tl.slurm_script("t.py", nnodes=2, nproc_per_node=128)
-    assert "--nproc-per-node=4 " in tl.slurm_script("t.py", nnodes=1, instance="trn2.3xlarge", nproc_per_node=4)
     with pytest.raises(SettingError, match="tp_size=0"):
         tl.launch("t.py", tp_size=0, device="cpu")
     for timeout in (0, -5, "600"):
         with pytest.raises(SettingError, match=f"timeout={timeout!r}: give a number of seconds > 0"):
             tl.launch("t.py", nproc_per_node=1, device="cpu", timeout=timeout)
-
-
-def test_neuron_cores_apply_on_every_node_and_in_the_slurm_script(tmp_path, capsys):
-    from trnlab.__main__ import main
-
-    assert main(["launch", "--dry-run", "--nnodes", "2", "--nproc-per-node", "2", "--neuron-cores", "4-7",
-                 "--rdzv-endpoint", "node0:29500", "train.py"]) == 0
-    out = capsys.readouterr().out
-    for node in (0, 1):
-        assert (f"torchrun --nnodes=2 --node-rank={node} --master-addr=node0 --master-port=29500 "
-                f"--nproc-per-node=2 -m trnlab.rank_cores 4-5 train.py") in out
-    script = tl.slurm_script("train.py", ["--steps", "3"], nnodes=2, neuron_cores="0-31")
-    assert "--nproc-per-node=32" in script  # one process per named core, not the node's 64
-    assert script.rstrip().endswith("torchrun-on-node -m trnlab.rank_cores 0-31 train.py --steps 3")
-    path = tmp_path / "job.sh"
-    path.write_text(script)
-    subprocess.run(["bash", "-n", str(path)], check=True)
-    assert main(["launch", "--slurm", "--nnodes", "2", "--neuron-cores", "0-31", "train.py"]) == 0
-    assert capsys.readouterr().out == tl.slurm_script("train.py", nnodes=2, neuron_cores="0-31")
 
 
 def test_dry_run_checks_a_shipped_model_offline_like_plan(monkeypatch, capsys, nothing_starts, no_accelerator):
@@ -458,6 +366,43 @@ def test_two_launchers_on_loopback_form_one_job(tmp_path):
     _assert_all_gone(tmp_path, 2)
 
 
+
+def test_loopback_nodes_print_the_commands_notebook_05_shows(tmp_path, monkeypatch, capsys):
+    """Notebook 05's stored output of its launch_loopback_nodes cell, byte for byte, for the same call: the stored
+    port, interpreter and folder stand in for this run's; nothing starts."""
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "05_distributed.ipynb").read_text())
+    cell = next(c for c in cells["cells"] if c["cell_type"] == "code"
+                and "launch_loopback_nodes(" in "".join(c["source"]))
+    stored = "".join(line for out in cell["outputs"] for line in out.get("text", []) if line.startswith("$ "))
+    assert stored.count("    # node ") == 2, stored
+    port = int(re.search(r"--master-port=(\d+) ", stored).group(1))
+    folder = re.search(r"<tmp>/(\S+)/two_nodes\.py", stored).group(1)
+
+    class Socket:  # hands out the stored port
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", port)
+
+    monkeypatch.setattr(tl.socket, "socket", Socket)
+    monkeypatch.setattr(tl.sys, "executable", ".venv/bin/python")
+    monkeypatch.setattr(tl, "_run_commands", lambda commands, *args: commands)
+    script = tmp_path / folder / "two_nodes.py"
+    tl.launch_loopback_nodes(script, nnodes=2, nproc_per_node=1, timeout=300)
+    assert capsys.readouterr().out.replace(str(tmp_path), "<tmp>") == stored
+    with pytest.raises(SettingError, match="nnodes=0: give a whole number >= 1"):
+        tl.launch_loopback_nodes(script, nnodes=0)
+    with pytest.raises(SettingError, match="nproc_per_node=-1: give a whole number >= 1"):
+        tl.launch_loopback_nodes(script, nproc_per_node=-1)
+
+
 CORE_REPORT = """
 import os, sys
 print(f"local rank {os.environ['LOCAL_RANK']} sees NeuronCores {os.environ.get('NEURON_RT_VISIBLE_CORES')} "
@@ -515,8 +460,8 @@ def test_dry_run_on_a_fake_trn2_adds_rank_cores_only_for_a_subset(fake_neuron, m
         "torchrun --standalone --nproc-per-node=3 -m trnlab.rank_cores 1-3 train.py")
 
 
-def test_an_empty_core_list_is_refused_with_what_to_give():
-    # It used to end in a bare "max() arg is an empty sequence".
+def test_an_empty_core_list_is_refused_with_what_to_give(nothing_starts):
+    # It used to end in "nproc=0: give a whole number >= 1", which names no core list.
     with pytest.raises(SettingError, match=r"neuron_cores=\[\] names no core: list the cores .* or leave "
                                                 r"neuron_cores out"):
-        tl.slurm_script("train.py", nnodes=2, neuron_cores=[])
+        tl.launch("train.py", neuron_cores=[], device="cpu")

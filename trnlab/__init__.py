@@ -39,8 +39,8 @@ _GROUPS: dict[str, dict[str, str]] = {
         "StopAtStep": "training", "last_checkpoint": "training",
     },
     "Shard and launch (notebook 05)": {
-        "launch": "launcher", "torchrun_command": "launcher", "multinode_commands": "launcher",
-        "slurm_script": "launcher", "plan_processes": "launcher", "validate_parallel_sizes": "launcher",
+        "launch": "launcher", "torchrun_command": "launcher", "plan_processes": "launcher",
+        "validate_parallel_sizes": "launcher",
     },
     "Plan a real run (notebook 06: the planner itself is `trnlab.planning`, loaded only when used)": {
         "get_instance": "launcher", "PlanError": "settings",

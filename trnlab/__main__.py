@@ -9,8 +9,7 @@ import json
 import shlex
 import sys
 
-from trnlab.launcher import (INSTANCES, _launch_command, _mesh_sizes, _node_processes, launch, multinode_commands,
-                             slurm_script, validate_parallel_sizes)
+from trnlab.launcher import INSTANCES, _launch_command, launch
 from trnlab.models import SHIPPED_MODELS
 from trnlab.settings import _DEFAULT_INSTANCE, SettingError, whole_number
 
@@ -25,8 +24,7 @@ def _timeout_arg(text: str) -> float | None:
 def _launch_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trnlab launch",
-        description="Launch SCRIPT with torchrun on this machine, or print the commands for a "
-                    "multi-node run or a Slurm batch script (--dry-run).")
+        description="Launch SCRIPT with torchrun on this machine, or print its command (--dry-run).")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     parser.add_argument("--nproc-per-node", type=int,
@@ -34,19 +32,12 @@ def _launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tp-size", type=int)
     parser.add_argument("--fsdp-size", type=int)
     parser.add_argument("--model", help="model whose config is checked (default: TRNLAB_MODEL or the course model)")
-    parser.add_argument("--nnodes", type=int, default=1)
-    parser.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0 (multi-node)")
-    parser.add_argument("--rdzv-backend", default="static", choices=["static", "c10d"])
-    parser.add_argument("--slurm", action="store_true", help="print a Slurm batch script (implies --dry-run)")
-    parser.add_argument("--instance", default=_DEFAULT_INSTANCE,
-                        help="Trainium instance of every node, for --slurm (trn2/trn3; see python -m trnlab plan)")
     parser.add_argument("--neuron-cores",
-                        help="run on these NeuronCores only, one per rank, e.g. 4-7 (on every node with "
-                             "--nnodes/--slurm). Default on Trainium: all cores (TorchNeuron gives rank i "
-                             "core i), or this shell's NEURON_RT_VISIBLE_CORES when set")
+                        help="run on these NeuronCores only, one per rank, e.g. 4-7. Default on Trainium: all cores "
+                             "(TorchNeuron gives rank i core i), or this shell's NEURON_RT_VISIBLE_CORES when set")
     parser.add_argument("--timeout", type=_timeout_arg, default=3600.0,
                         help="seconds before the run is stopped (default 3600; 'none': no limit)")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
     return parser
 
 
@@ -57,27 +48,6 @@ def _launch(argv: list[str] | None = None) -> int:
     try:
         if args.nproc_per_node is not None:
             whole_number("--nproc-per-node", args.nproc_per_node)
-        nnodes = whole_number("--nnodes", args.nnodes)
-        sizes = _mesh_sizes(args.tp_size, args.fsdp_size)
-        if args.slurm or nnodes > 1:
-            if args.slurm:
-                per_node, _ = _node_processes(args.instance, args.nproc_per_node, args.neuron_cores)
-            elif (per_node := args.nproc_per_node) is None:
-                raise SettingError("a multi-node run needs --nproc-per-node (the processes on each node)")
-            if sizes is not None:
-                validate_parallel_sizes(per_node * nnodes, *sizes, model_config=args.model)
-            if args.slurm:
-                print(slurm_script(args.script, args.script_args, nnodes=nnodes, instance=args.instance,
-                                   nproc_per_node=args.nproc_per_node, neuron_cores=args.neuron_cores), end="")
-                return 0
-            commands = multinode_commands(args.script, args.script_args, nnodes=nnodes, nproc_per_node=per_node,
-                                          rdzv_endpoint=args.rdzv_endpoint or "NODE0_ADDRESS:29500",
-                                          rdzv_backend=args.rdzv_backend, neuron_cores=args.neuron_cores)
-            for node, cmd in enumerate(commands):
-                print(f"# on node {node}:\n{shlex.join(cmd)}")
-            if not args.dry_run:
-                print("(not started: run each command on its node, or submit --slurm's script)", file=sys.stderr)
-            return 0
         if args.dry_run:
             cmd, plan = _launch_command(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
                                         tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,

@@ -1,5 +1,5 @@
-"""Launch a training script with ``torchrun``, from one node to a cluster (claim 10): the Trainium instances, the mesh
-check, the commands, and the supervision that streams every rank's lines and leaves no process behind.
+"""Launch a training script with ``torchrun`` on this machine (claim 10): the Trainium instances, the mesh check, the
+command, and the supervision that streams every rank's lines and leaves no process behind.
 Only a run on a subset of NeuronCores starts each rank through :mod:`trnlab.rank_cores` (see :func:`launch`)."""
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from trnlab.device import (_backend_available, core_holders_notice, detect_backe
 from trnlab.models import load_config
 from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_cores, _parse_core_list,
                                _visible_cores_setting, rank_neuron_cores)
-from trnlab.settings import (_DEFAULT_INSTANCE, _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError,
-                             whole_number)
+from trnlab.settings import _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError, whole_number
 
 __all__ = ["GiB", "INSTANCES", "Instance", "get_instance", "validate_parallel_sizes", "check_mesh", "plan_processes",
-           "torchrun_command", "multinode_commands", "slurm_script", "launch", "launch_loopback_nodes", "LaunchResult",
-           "ProcessPlan"]
+           "torchrun_command", "launch", "launch_loopback_nodes", "LaunchResult", "ProcessPlan"]
 
 # Instances: the Trainium machines the planner and the launcher know, from the Neuron docs
 #: Bytes in one gibibyte (2**30): every GiB figure of the instance table and the planner.
@@ -297,94 +295,19 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
 
 
 # Commands
-def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, nnodes: int = 1, node_rank: int = 0,
-                     rdzv_endpoint: str | None = None, rdzv_backend: str = "static", python: str | None = None,
+def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, python: str | None = None,
                      tee: bool = True, neuron_cores=None) -> list[str]:
-    """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting).
-    One node without ``rdzv_endpoint`` runs ``--standalone``; ``rdzv_backend`` is ``"static"`` or ``"c10d"``;
+    """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting), ``--standalone``.
     ``python="torchrun"`` writes the console script; ``neuron_cores="4-7"`` gives local rank ``i`` the ``i``-th core."""
     nproc_per_node = whole_number("nproc_per_node", plan_processes().nproc_per_node if nproc_per_node is None
                                   else nproc_per_node)
-    whole_number("nnodes", nnodes)
-    if whole_number("node_rank", node_rank, 0) >= nnodes:
-        raise SettingError(f"node_rank={node_rank!r} with nnodes={nnodes}: node ranks run from 0 to "
-                           f"{nnodes - 1}, one per node")
     cmd = ["torchrun"] if python == "torchrun" else [python or sys.executable, "-m", "torch.distributed.run"]
-    if nnodes == 1 and rdzv_endpoint is None:
-        cmd += ["--standalone"]
-    elif rdzv_endpoint is None or ":" not in rdzv_endpoint:
-        raise SettingError(f"a multi-node run needs rdzv_endpoint='HOST:PORT': the address of node 0 and a free port "
-                           f"every node can reach, got {rdzv_endpoint!r}")
-    elif rdzv_backend == "static":
-        host, _, port = rdzv_endpoint.rpartition(":")
-        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}", f"--master-port={port}"]
-    elif rdzv_backend == "c10d":
-        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", "--rdzv-id=trnlab"]
-    else:
-        raise SettingError(f"rdzv_backend={rdzv_backend!r}: use 'static' or 'c10d'")
-    cmd += [f"--nproc-per-node={nproc_per_node}"]
+    cmd += ["--standalone", f"--nproc-per-node={nproc_per_node}"]
     if tee:
         cmd += ["--tee=3"]
     if neuron_cores is not None:  # the first nproc_per_node of them, one per rank
         cmd += ["-m", "trnlab.rank_cores", _format_core_list(rank_neuron_cores(nproc_per_node, neuron_cores))]
     return cmd + [str(a) for a in (script, *script_args)]
-
-
-def multinode_commands(script, script_args=(), *, nnodes: int, python: str | None = "torchrun", tee: bool = False,
-                       **options) -> list[list[str]]:
-    """One ``torchrun`` command per node (index = ``--node-rank``), ``options`` as in :func:`torchrun_command`; from two
-    nodes on, node 0 hosts the rendezvous at ``rdzv_endpoint`` (``HOST:PORT``); ``neuron_cores`` apply on each node."""
-    return [torchrun_command(script, script_args, nnodes=nnodes, node_rank=i, python=python, tee=tee, **options)
-            for i in range(whole_number("nnodes", nnodes))]
-
-
-def _node_processes(instance: str, nproc_per_node: int | None, neuron_cores) -> tuple[int, list[int] | None]:
-    """Processes per node of ``instance`` and their cores (``None``: all), refused where a node has too few."""
-    cores_per_node = get_instance(instance).cores_per_host  # refuses trn1 and unknown instances
-    cores = None if neuron_cores is None else _listed_cores(neuron_cores)
-    if cores == []:
-        raise SettingError(f"neuron_cores={neuron_cores!r} names no core: list the cores each node's ranks use "
-                           "(e.g. [0, 1] or '0-1'), or leave neuron_cores out for all of a node's cores")
-    if cores and max(cores) >= cores_per_node:
-        raise PlanError(f"neuron_cores={neuron_cores!r} names core {max(cores)}, but a {instance} "
-                        f"node has cores 0-{cores_per_node - 1}")
-    nproc_per_node = whole_number("nproc_per_node", nproc_per_node if nproc_per_node is not None
-                                  else len(cores) if cores else cores_per_node)
-    if nproc_per_node > cores_per_node:
-        raise PlanError(f"nproc_per_node={nproc_per_node}: a {instance} node has {cores_per_node} NeuronCores, one "
-                        f"process each. Use at most {cores_per_node} per node and more nodes (nnodes) for more ranks.")
-    return nproc_per_node, None if cores is None else rank_neuron_cores(nproc_per_node, cores)
-
-
-def slurm_script(script, script_args=(), *, nnodes: int, instance: str = _DEFAULT_INSTANCE,
-                 nproc_per_node: int | None = None, neuron_cores=None) -> str:
-    """A Slurm batch script (``sbatch``) that runs ``script`` on ``nnodes`` Trainium nodes, one torchrun per node.
-    ``neuron_cores`` limits every node to those cores (trnlab installed there).
-    Raises :class:`PlanError` for trn1 or more processes or cores than a node of ``instance`` has."""
-    whole_number("nnodes", nnodes)
-    nproc_per_node, cores = _node_processes(instance, nproc_per_node, neuron_cores)
-    worker_argv = [str(a) for a in (script, *script_args)]
-    cores_note = ""
-    if cores is not None:
-        worker_argv = ["-m", "trnlab.rank_cores", _format_core_list(cores)] + worker_argv
-        cores_note = (f"\n# Each rank gets its own core of {_format_core_list(cores)} through trnlab.rank_cores "
-                      "(trnlab installed on every node).")
-    # The single-quoted part expands on each node, inside its own srun task ($SLURM_NODEID);
-    # the script and its arguments follow as "$@", quoted once, here.
-    per_node = ("'exec torchrun --nnodes=\"$SLURM_NNODES\" --node-rank=\"$SLURM_NODEID\" "
-                f"--master-addr=\"$HEAD_NODE\" --master-port=29500 --nproc-per-node={nproc_per_node} "
-                "\"$@\"' torchrun-on-node")
-    return f"""#!/bin/bash
-#SBATCH --job-name=trnlab
-#SBATCH --nodes={nnodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --exclusive
-#SBATCH --output=%x-%j.out
-# {nnodes} x {instance}: {nproc_per_node} processes (NeuronCores) per node, {nnodes * nproc_per_node} ranks.{cores_note}
-set -euo pipefail
-export HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-srun --ntasks-per-node=1 bash -c {per_node} {shlex.join(worker_argv)}
-"""
 
 
 # Running the commands: stream every rank's lines live, stop every process of the run
@@ -624,13 +547,15 @@ def launch(script, script_args=(), *, nproc_per_node: int | None = None, device:
 def launch_loopback_nodes(script, script_args=(), *, nnodes: int = 2, nproc_per_node: int = 1,
                           timeout: float | None = 300.0, echo: bool = True, grace: float = 15.0) -> LaunchResult:
     """Rehearse a multi-node run on this machine: ``nnodes`` torchrun launchers on 127.0.0.1.
-    They get the :func:`multinode_commands` a cluster would and form one gloo job; handling is :func:`launch`'s."""
+    Each gets the static rendezvous of notebook 05's per-node lines; one gloo job; handling is :func:`launch`'s."""
     _check_timeouts(timeout, grace)
+    nnodes, nproc_per_node = whole_number("nnodes", nnodes), whole_number("nproc_per_node", nproc_per_node)
     with socket.socket() as sock:  # a port free right now, for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    commands = multinode_commands(script, script_args, nnodes=nnodes, nproc_per_node=nproc_per_node,
-                                  rdzv_endpoint=f"127.0.0.1:{port}", python=None, tee=True)
+    commands = [[sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node}",
+                 "--master-addr=127.0.0.1", f"--master-port={port}", f"--nproc-per-node={nproc_per_node}", "--tee=3",
+                 *(str(a) for a in (script, *script_args))] for node in range(nnodes)]
     plan = plan_processes(nnodes * nproc_per_node, "cpu")
     if echo:
         for node, cmd in enumerate(commands):

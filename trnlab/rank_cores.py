@@ -56,6 +56,9 @@ def _listed_cores(cores) -> list[int]:
     if not isinstance(cores, (list, tuple, range)) or any(isinstance(c, bool) or not isinstance(c, int) for c in cores):
         raise SettingError(f"neuron_cores={cores!r}: give core numbers as a list (e.g. [4, 5]) or a core list "
                            "string (e.g. '4-7' or '0,2,5')")
+    if not cores:
+        raise SettingError(f"neuron_cores={cores!r} names no core: list the cores the ranks use (e.g. [0, 1] or "
+                           "'0-1'), or leave neuron_cores out for all of them")
     if any(c < 0 for c in cores) or len(set(cores)) != len(cores):
         raise SettingError(f"neuron_cores={cores!r}: give distinct core numbers >= 0, one per rank")
     return list(cores)
