@@ -304,15 +304,16 @@ at::Tensor& set_empty(at::Tensor& self) {  // set_(): an empty storage on self's
 // bfloat16 and float16 matmuls: without AVX-512 BF16 PyTorch's CPU kernels run them 10-50x slower than float32
 // (a 768x192 @ 192x512 mm: 116 ms in bfloat16, 3.5 ms in float32). The fallback runs these in float32 and rounds
 // once to their dtype, as those kernels accumulate in float32 too.
-std::optional<at::ScalarType> reduced_matmul(const c10::FunctionSchema& schema, const torch::jit::Stack& args) {
+std::optional<at::ScalarType> reduced_matmul(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                                             size_t begin) {
   static const std::unordered_set<std::string> names{"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"};
   if ((schema.overload_name() != "" && schema.overload_name() != "out") || !names.count(schema.name()))
     return std::nullopt;
   std::optional<at::ScalarType> dtype;
-  for (const auto& value : args)
-    if (value.isTensor()) {
-      const auto t = value.toTensor().scalar_type();
-      if ((t != at::kBFloat16 && t != at::kHalf) || (dtype && *dtype != t)) return std::nullopt;  // as the CPU kernel
+  for (auto value = stack.begin() + begin; value != stack.end(); ++value)
+    if (value->isTensor()) {
+      const auto t = value->toTensor().scalar_type();
+      if ((t != at::kBFloat16 && t != at::kHalf) || (dtype && *dtype != t)) return std::nullopt;  // mixed: CPU's error
       dtype = t;
     }
   return dtype;
@@ -381,7 +382,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       value = c10::Device(c10::kCPU);
     }
   }
-  const auto reduced = reduced_matmul(schema, torch::jit::Stack(stack->begin() + begin, stack->end()));
+  const auto reduced = reduced_matmul(schema, *stack, begin);
   std::optional<at::Tensor> out;  // mm.out and kin (the functional mm calls it here): the result is copied into it
   for (size_t i = begin; reduced && i < stack->size(); i++) {
     auto& value = (*stack)[i];
