@@ -132,6 +132,7 @@ browser-deps: setup
 # Spread over TEST_WORKERS processes (pytest-xdist; one file or notebook run per worker at a time). On Trainium
 # the notebooks run one at a time: a kernel holds every NeuronCore it sees, so two would block each other.
 # The stand-in is built (once, about 40 s) in the background as the session starts, not when its first test needs it.
+# tests/cost.py ends the session with one line: the seconds (and CPU-seconds) in launches, notebooks, the browser, the rest.
 # OMP_NUM_THREADS=1: with two test processes (and torchrun's ranks) on two cores, torch's second
 # CPU thread only waits for a busy core.
 TEST_WORKERS ?= 2
@@ -144,7 +145,7 @@ test: setup browser-deps
 	fi; \
 	{ $(BIN)/python -c "import torch, trnlab.standin as s; s.enable()" >/dev/null 2>&1 & }; \
 	set -x; $(BIN)/python tools/build_model.py --other --overwrite --output "$(OTHER_MODEL)" && \
-	TRNLAB_MODEL="$(OTHER_MODEL)" OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin tests notebooks \
+	TRNLAB_MODEL="$(OTHER_MODEL)" OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p trnlab.pytest_plugin -p tests.cost tests notebooks \
 	  --nbval-lax --trnlab-rules -p no:cacheprovider \
 	  --notebook-env "TRNLAB_NEURON_STANDIN=1 TRNLAB_DTYPE=bfloat16 TRNLAB_MODEL=$(BUNDLED_MODEL)" \
 	  -n $$workers --dist loadfile --durations=15

@@ -47,3 +47,6 @@ trainer.train()
 if trainer.is_world_process_zero():
     print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "
           f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step")
+# Every rank closes its process group: one left open can abort at exit ("terminate called without an active
+# exception", SIGABRT) while a peer's torchrun already closed the store, failing a run that trained to the end.
+torch.distributed.destroy_process_group()

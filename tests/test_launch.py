@@ -465,3 +465,34 @@ def test_an_empty_core_list_is_refused_with_what_to_give(nothing_starts):
     with pytest.raises(SettingError, match=r"neuron_cores=\[\] names no core: list the cores .* or leave "
                                                 r"neuron_cores out"):
         tl.launch("train.py", neuron_cores=[], device="cpu")
+
+
+def _torchrun_summary(failures, root):
+    """torchrun's closing summary (torch.distributed.elastic's ChildFailedError) for ``failures``: rank -> exit."""
+    def entry(index, rank):
+        return (f"[{index}]:\n  time      : 2026-12-06_16:00:19\n  host      : here\n  rank      : {rank} (local_rank: "
+                f"{rank})\n  exitcode  : {failures[rank]} (pid: {100 + rank})\n  error_file: <N/A>\n")
+    others = [rank for rank in failures if rank != root]
+    return ("rank_scripts.py FAILED\n" + "-" * 20 + "\nFailures:\n"
+            + ("".join(entry(i + 1, r) for i, r in enumerate(others)) or "  <NO_OTHER_FAILURES>\n")
+            + "-" * 20 + "\nRoot Cause (first observed failure):\n" + entry(0, root) + "=" * 20 + "\n")
+
+
+PEER_TRACEBACK = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"x.py\", line 1, in <module>\n"
+                  "[rank0]: torch.distributed.DistBackendError: Connection closed by peer\n")
+
+
+@pytest.mark.parametrize("failures, root", [({1: 3}, 1),          # torchrun saw rank 1 gone, and stopped rank 0
+                                            ({0: 1, 1: 3}, 0),    # it saw both: the first by its clock, rank 0
+                                            ({1: 3, 0: 1}, 1)])
+def test_the_rank_that_died_without_a_word_is_the_root_cause_whichever_torchrun_saw_first(failures, root, tmp_path):
+    """Rank 1 exits (status 3) without a traceback; rank 0 raises about it. However torchrun's summary lists them,
+    the report names rank 1 and shows rank 0's traceback."""
+    printed = tmp_path / "printed.txt"
+    printed.write_text("[rank0]: rank 0 up\n[rank1]: rank 1 up\n" + PEER_TRACEBACK + _torchrun_summary(failures, root))
+    command = [sys.executable, "-c", f"import sys; sys.stdout.write(open({str(printed)!r}).read()); sys.exit(1)"]
+    result = tl._run_commands([command], {}, timeout=60, grace=5, echo=False)
+    assert (result.failed_rank, result.rank_exit_status) == (1, 3)
+    assert str(result) == "rank 1 failed (exit status 3); torchrun stopped the other ranks"
+    assert result.traceback.splitlines() == ["(rank 1 printed no traceback; rank 0's:)",
+                                             *[line[len("[rank0]: "):] for line in PEER_TRACEBACK.splitlines()]]

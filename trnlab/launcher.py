@@ -363,11 +363,12 @@ def _check_timeouts(timeout, grace) -> None:
 
 
 def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | None, timeout, echo: bool,
-            stop_all) -> int | None:
+            stop_all, failures: dict[int, int]) -> int | None:
     """Show each line as it comes, sorted into ``result`` by rank, until every launcher's output ends; stop all on
-    timeout or failure. Returns the first rank that printed a traceback: the root cause."""
+    timeout or failure. Fills ``failures`` (rank: exit status, every failure torchrun's summary lists, its root cause
+    in ``result.failed_rank``). Returns the first rank that printed a traceback."""
     open_streams, many, first_traceback_rank = len(procs), len(procs) > 1, None
-    in_traceback, root_cause = [False] * len(procs), False
+    in_traceback, section, rank = [False] * len(procs), None, None
     while open_streams:
         remaining = None if deadline is None else max(0.01, deadline - time.monotonic())
         try:
@@ -394,13 +395,16 @@ def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | N
             if echo:
                 print(line, flush=True)
         else:
-            # torchrun's summary names the rank it saw fail first, with its exit status: one that died without a
-            # traceback (killed, a crash, os._exit) is the root cause even when the others raised about it first.
-            if "Root Cause (first observed failure)" in line:
-                root_cause = True
-            elif root_cause and (match := _SUMMARY_FIELD.match(line)):
-                setattr(result, "failed_rank" if match.group(1) == "rank" else "rank_exit_status", int(match.group(2)))
-                root_cause = match.group(1) == "rank"
+            # torchrun's summary lists every failure it saw, with its exit status, and names a root cause.
+            if line.strip() in ("Failures:", "Root Cause (first observed failure):"):
+                section = line.strip()
+            elif section and (match := _SUMMARY_FIELD.match(line)):
+                if match.group(1) == "rank":
+                    rank = int(match.group(2))
+                    if section.startswith("Root"):
+                        result.failed_rank = rank
+                elif rank is not None:
+                    failures[rank] = int(match.group(2))
             # torchrun ends a failed run with its own Python traceback (ChildFailedError): show the rank's instead.
             in_traceback[node] = in_traceback[node] or line.startswith(_TRACEBACK_START)
             if echo and not in_traceback[node] and line.strip():
@@ -463,9 +467,10 @@ def _run_commands(commands: list[list[str]], env: dict[str, str], timeout: float
         for proc in procs:
             _stop(proc, launch_id, grace)
 
+    failures: dict[int, int] = {}
     try:
         first_traceback_rank = _stream(procs, lines, result, None if timeout is None else start + timeout, timeout,
-                                       echo, stop_all)
+                                       echo, stop_all, failures)
     except BaseException:  # KeyboardInterrupt (the notebook's stop button) included
         stop_all()
         raise
@@ -482,11 +487,20 @@ def _run_commands(commands: list[list[str]], env: dict[str, str], timeout: float
     result.returncode = next((c for c in (p.returncode for p in procs) if c != 0), 0)
     if result.ok or result.timed_out:
         result.failed_rank = result.rank_exit_status = None
-    elif first_traceback_rank is not None:
+        return _report(result, echo)
+    # A failed rank that printed no traceback (killed, a crash, os._exit) is the root cause, though a peer raised
+    # about it first: which of them torchrun saw first, or at all, is chance (it stops the others when it sees one,
+    # and lists those it stopped too, with -15: SIGTERM).
+    silent = [r for r in failures if failures[r] != -signal.SIGTERM
+              and not any(line.startswith(_TRACEBACK_START) for line in result.lines(r))]
+    if result.failed_rank not in silent and silent:
+        result.failed_rank = silent[0]
+    result.rank_exit_status = failures.get(result.failed_rank)
+    if first_traceback_rank is not None:
         # The root cause's traceback, else the first one a rank printed (about the root cause, as a rank whose peer
         # died sees it): torchrun stopped the others, without one.
         if result.failed_rank is None:
-            result.failed_rank, result.rank_exit_status = first_traceback_rank, None
+            result.failed_rank = first_traceback_rank
         said = result.lines(result.failed_rank)
         if not any(line.startswith(_TRACEBACK_START) for line in said):
             said = [f"(rank {result.failed_rank} printed no traceback; rank {first_traceback_rank}'s:)",
@@ -494,6 +508,11 @@ def _run_commands(commands: list[list[str]], env: dict[str, str], timeout: float
         starts = [i for i, line in enumerate(said) if line.startswith(_TRACEBACK_START)]
         result.traceback = "\n".join(said[:1] * (said[0].startswith("(rank")) + said[starts[-1]:] if starts
                                      else said[-20:])
+    return _report(result, echo)
+
+
+def _report(result: LaunchResult, echo: bool) -> LaunchResult:
+    """Say how the run ended, and the failed rank's traceback."""
     if echo:
         print(f"[trnlab] {result}", flush=True)
         if result.traceback:

@@ -6,6 +6,7 @@ CASE: early-tensor (a tensor on neuron before init_process_group), or dies (rank
 all_reduce). NEURON_RT_VISIBLE_CORES set by the caller gives the core-sharing cases.
 """
 import os
+import signal
 import sys
 
 import torch
@@ -21,6 +22,9 @@ if case == "dies" and dist.get_rank() == 1:
     dist.barrier()
     os._exit(3)  # gone without a word, as a crashed process
 if case == "dies":
+    # torchrun SIGTERMs the ranks left once it sees rank 1 gone; this one then still says what it saw (and exits by
+    # itself), so that the report always has a peer's traceback: without it, which comes first is chance.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     dist.barrier()
     dist.all_reduce(t)  # rank 1 never comes: torchrun must stop this rank
 dist.all_reduce(t)
