@@ -368,7 +368,7 @@ def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | N
     timeout or failure. Fills ``failures`` (rank: exit status, every failure torchrun's summary lists, its root cause
     in ``result.failed_rank``). Returns the first rank that printed a traceback."""
     open_streams, many, first_traceback_rank = len(procs), len(procs) > 1, None
-    in_traceback, section, rank = [False] * len(procs), None, None
+    in_traceback, section, listed = [False] * len(procs), None, None  # listed: the summary's rank being read
     while open_streams:
         remaining = None if deadline is None else max(0.01, deadline - time.monotonic())
         try:
@@ -400,11 +400,11 @@ def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | N
                 section = line.strip()
             elif section and (match := _SUMMARY_FIELD.match(line)):
                 if match.group(1) == "rank":
-                    rank = int(match.group(2))
+                    listed = int(match.group(2))
                     if section.startswith("Root"):
-                        result.failed_rank = rank
-                elif rank is not None:
-                    failures[rank] = int(match.group(2))
+                        result.failed_rank = listed
+                elif listed is not None:
+                    failures[listed] = int(match.group(2))
             # torchrun ends a failed run with its own Python traceback (ChildFailedError): show the rank's instead.
             in_traceback[node] = in_traceback[node] or line.startswith(_TRACEBACK_START)
             if echo and not in_traceback[node] and line.strip():
