@@ -6,6 +6,7 @@ Each rank checks the mesh and its rows per step, loads its shard with the page's
 distributed_config=DistributedConfig(...)), and trains it with Trainer on the packed blocks of notebook 04.
 """
 import argparse
+import os
 
 import torch
 from transformers import AutoModelForCausalLM, DistributedConfig, Trainer, TrainingArguments
@@ -47,6 +48,6 @@ trainer.train()
 if trainer.is_world_process_zero():
     print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "
           f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step")
-# Every rank closes its process group: one left open can abort at exit ("terminate called without an active
-# exception", SIGABRT) while a peer's torchrun already closed the store, failing a run that trained to the end.
-torch.distributed.destroy_process_group()
+print(f"rank {trainer.args.process_index} of {trainer.args.world_size} (node {os.environ['GROUP_RANK']}): "
+      f"{model.device}, backend {torch.distributed.get_backend()}, {trainer.accelerator.distributed_type}", flush=True)
+td.finish()  # closes the process groups and ends the rank before interpreter teardown can abort it

@@ -93,4 +93,4 @@ td.write_json(report, os.path.join(args.out, f"rank{rank}.json"))
 if rank == 0:
     td.write_json({"refusal": refusal, "generation": text, "args": vars(args)},
                   os.path.join(args.out, "run.json"))
-dist.destroy_process_group()
+td.finish()  # closes the process groups and ends the rank before interpreter teardown can abort it

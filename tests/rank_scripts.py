@@ -6,8 +6,8 @@ A rank's start-up (importing torch and Transformers) costs more than the tiny mo
 run on a 2-core machine, so tests/test_distributed.py pays it once for the training run of
 notebook 05's script and the memory measurement that tests/test_planning.py used to launch
 on its own. The scripts share one process group: a second init_process_group in the same
-torchrun ranks hangs (torchrun's agent store), so a script's destroy_process_group() is held
-back until the last script has run.
+torchrun ranks hangs (torchrun's agent store), so a script's closing trnlab.distributed.finish()
+(which destroys the process group and ends the rank) is held back until the last script has run.
 """
 import runpy
 import sys
@@ -20,10 +20,10 @@ for arg in sys.argv[1:]:
     else:
         current.append(arg)
 runs.append(current)
-import torch.distributed as dist  # noqa: E402
+from trnlab import distributed as td  # noqa: E402
 
-destroy = dist.destroy_process_group
+finish = td.finish
 for number, (script, *args) in enumerate(runs, 1):
-    dist.destroy_process_group = destroy if number == len(runs) else (lambda *a, **k: None)
+    td.finish = finish if number == len(runs) else (lambda code=0: None)
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ from trnlab.launcher import launch
 from trnlab.planning import plan_memory
 from tests.test_standin import needs_compiler
 
-SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_sharded.py"
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "examples" / "train_sharded.py"
 MEASURE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "measure_memory.py"
 RANK_SCRIPTS = Path(__file__).resolve().parent / "rank_scripts.py"
 MEASURE_BATCH, MEASURE_SEQ = 2, 32  # micro-batch per FSDP rank in the memory measurement
@@ -37,6 +39,34 @@ TOL = 1e-4  # fp32; the sharded sums run in another order, so not bit-identical
 
 
 # ------------------------------------------------------------------ helpers on their own
+
+
+def test_finish_closes_the_group_flushes_and_exits_with_the_code_before_teardown(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent("""
+        import atexit
+        import torch.distributed as dist
+        from trnlab.distributed import finish
+
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        atexit.register(print, "interpreter teardown ran")
+        real_destroy = dist.destroy_process_group
+        dist.destroy_process_group = lambda: (real_destroy(), print(f" closed: {dist.is_initialized()=}"))
+        print("still buffered", end="")  # no newline, no flush: finish must write it out
+        finish(3)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "still buffered closed: dist.is_initialized()=False\n"  # atexit never ran: no teardown
+
+
+@pytest.mark.parametrize("script", sorted(
+    p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("examples/*.py"), *ROOT.glob("tests/scripts/*.py")]
+    if ("init_process_group" in p.read_text() or "DistributedConfig" in p.read_text())
+    and not p.name.startswith("guide_")))  # a learner's own script, unmodified: the stand-in hands gloo host views
+def test_every_rank_script_ends_with_finish(script):  # made in C++, which hold no Python object (no such race)
+    last = [line for line in (ROOT / script).read_text().splitlines() if line.strip()][-1]
+    assert last.split("#")[0].strip() in ("finish()", "td.finish()"), f"{script} ends with {last!r}"
 
 
 def test_index_ranges_and_chunks_describe_shards():

@@ -356,7 +356,8 @@ def test_two_launchers_on_loopback_form_one_job(tmp_path):
         total = torch.tensor([float(rank + 1)])
         dist.all_reduce(total)
         print(f"node {os.environ['GROUP_RANK']} world {dist.get_world_size()} sum {total.item():g}", flush=True)
-        dist.destroy_process_group()
+        from trnlab.distributed import finish
+        finish()
     """)
     result = tl.launch_loopback_nodes(script, [tmp_path], nnodes=2, nproc_per_node=1, timeout=180)
     assert result.ok, str(result)

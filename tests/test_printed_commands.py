@@ -3,20 +3,17 @@ STAND-IN neuron device: each is read from the text (a fenced block), not copied 
 
 Only what a real cluster has is replaced, and each test says what: the hub model Qwen/Qwen3-8B (unreachable here)
 by tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still splits it), a node's 64 processes by 2
-(4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, Slurm's srun and scontrol by a
-loopback stand-in, the DLAMI's environment by this one. Every other argument stays. Each command runs in a folder
-holding `examples/` (the repository's) and `padded-model/` (notebook 05's padded copy of the bundled model).
-35-90 s a test and device on 2 cores (580 s for the file): the ranks import Transformers, then train 2 steps.
-"""
+(4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, the DLAMI's environment by this one.
+Every other argument stays. The Slurm script is submitted with sbatch to a real two-node Slurm on this machine
+(tests/slurm_cluster.py). Each command runs in a folder holding `examples/` (the repository's) and `padded-model/`
+(notebook 05's padded copy of the bundled model). The ranks import Transformers, then train 2 steps."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shlex
 import socket
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import trnlab
+from tests.slurm_cluster import job_id, slurm  # noqa: F401 (a fixture)
 from tests.test_standin import needs_compiler
 from trnlab.launcher import check_mesh
 
@@ -162,29 +160,30 @@ def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
     assert _trained(device, 4, 1, 32) in out
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_the_slurm_script_parses_and_runs_its_torchrun_line_on_two_loopback_nodes(folder, device, tmp_path):
-    """05: `bash -n`, then the script itself, with srun and scontrol standing in for Slurm's (~45-55 s)."""
+@needs_compiler
+def test_the_slurm_script_runs_under_a_real_slurm_on_two_nodes(folder, slurm):
+    """05: the batch script, submitted with sbatch as printed, on tests/slurm_cluster.py's two nodes (stand-in)."""
     script = _one("05", r"^#!/bin/bash")
     activate = re.search(r"^source (\S+)$", script, re.M)
     assert activate and activate.group(1) == "/opt/aws_neuronx_venv_torch_neuronx_2_14_0/bin/activate"  # the DLAMI's
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    (folder / "bin").mkdir(exist_ok=True)
-    for name, body in {"srun": 'while [[ $1 == --* ]]; do shift; done\n'  # one task per node, all on this machine
-                               'for ((n = 0; n < SLURM_NNODES; n++)); do SLURM_NODEID=$n "$@" & done\n'
-                               'status=0; for job in $(jobs -p); do wait "$job" || status=$?; done; exit $status\n',
-                       "scontrol": "echo 127.0.0.1\n"}.items():
-        (folder / "bin" / name).write_text(f"#!/bin/bash\n{body}")
-        (folder / "bin" / name).chmod(stat.S_IRWXU)
-    rehearsal = (_hub_to_other(script, folder).replace(activate.group(1), str(Path(sys.prefix) / "bin" / "activate"))
-                 .replace("--master-port=29500", f"--master-port={_free_port()}")
-                 .replace("--nproc-per-node=64", "--nproc-per-node=2"))
-    (tmp_path / "job.sbatch").write_text(rehearsal)
-    env_command = f"SLURM_NNODES=2 SLURM_JOB_NODELIST=node[0-1] bash {shlex.quote(str(tmp_path / 'job.sbatch'))}"
-    out = _run([env_command], folder, device)
-    assert _trained(device, 4, 1, 32) in out
-    (folder / "bin" / "srun").unlink()
-    (folder / "bin" / "scontrol").unlink()
+    job = (_hub_to_other(script, folder)  # the model: the other tiny Qwen3 for the unreachable hub model
+           .replace(activate.group(1), str(Path(sys.prefix) / "bin" / "activate"))  # the venv: this one
+           .replace("--nproc-per-node=64", "--nproc-per-node=2")  # the processes: 2 a node, not a trn2's 64
+           .replace("--master-port=29500", f"--master-port={_free_port()}"))  # the port: a free one on this machine
+    assert sum(a != b for a, b in zip(script.splitlines(), job.splitlines())) == 2  # the venv line and srun's line
+    (folder / "job.sbatch").write_text(job)
+    submitted = slurm.run("sbatch", "job.sbatch", cwd=folder, env={**_env("standin", folder), "SLURM_CONF": slurm.env["SLURM_CONF"]})
+    assert submitted.returncode == 0, submitted.stderr
+    number = job_id(submitted.stdout)
+    finished = slurm.wait_for_job(number, timeout=400)
+    output = (folder / f"trnlab-{number}.out").read_text()  # #SBATCH --output=%x-%j.out, in the submitting folder
+    assert (finished["JobName"], finished["State"], finished["ExitCode"], finished["NNodes"], finished["NodeList"]) \
+        == ("trnlab", "COMPLETED", "0:0", "2", "trnlab-node[0-1]"), output[-4000:]
+    assert _trained("standin", 4, 1, 32) in output
+    ranks = sorted(re.findall(r"^rank (\d) of 4 \(node (\d)\): (\S+), backend (\w+), (\S+)$", output, re.M))
+    assert ranks == [(str(r), str(r // 2), f"neuron:{r % 2}", "neuron", "DistributedType.MULTI_NEURON")
+                     for r in range(4)], output[-4000:]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -8,6 +8,7 @@ import json
 import math
 import logging
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -20,7 +21,7 @@ from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a
 from trnlab.rank_cores import _format_core_list
 from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "global_batches", "greedy_text",
+__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "finish", "global_batches", "greedy_text",
            "is_parallelism_refusal", "pad_vocabulary", "parity_recorder", "quiet_rank_output", "rank_report", "read_run",
            "reshard", "save_sharded", "train_single_process", "write_json"]
 
@@ -32,6 +33,21 @@ def quiet_rank_output() -> None:
     hf_logging.disable_progress_bar()
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+
+
+def finish(code: int = 0) -> None:
+    """Close the process groups and end this rank now, before interpreter teardown (pytorch/pytorch#190489).
+
+    A Gloo worker thread frees a finished collective's tensors after the rank has moved on; if that rank is
+    already tearing the interpreter down, the thread cannot take the GIL and the rank aborts ("terminate called
+    without an active exception", SIGABRT) after a run that completed. Ending with os._exit skips the teardown.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check_output_folder(output_dir: Path, overwrite: bool) -> None:

@@ -67,4 +67,4 @@ report["training_state_bytes"] = report["parameter_bytes"] + report["gradient_by
 print(f"fsdp {position['fsdp']} tp {position['tp']}: parameters {report['parameter_bytes']:,} B, "
       f"gradients {report['gradient_bytes']:,} B, AdamW state {report['optimizer_bytes']:,} B")
 td.write_json(report, os.path.join(args.out, f"rank{dist.get_rank()}.json"))
-dist.destroy_process_group()
+td.finish()

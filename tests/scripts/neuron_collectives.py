@@ -12,6 +12,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from trnlab.distributed import finish
+
 dist.init_process_group("neuron")
 rank, world = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
@@ -200,4 +202,4 @@ if rank == 0:
                       "errors": sorted({e[name] for _, e in agreed if name in e})} for name in names}
     with open(sys.argv[1], "w") as f:
         json.dump({"collectives": summary, "ranks": everyone}, f, indent=1)
-dist.destroy_process_group()
+finish()  # trnlab's: closes the process groups and ends the rank before interpreter teardown

@@ -12,6 +12,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from trnlab.distributed import finish
+
 case = sys.argv[1]
 if case == "early-tensor":
     torch.ones(2, device="neuron")  # starts the runtime too early, as TorchNeuron sees it
@@ -29,4 +31,4 @@ if case == "dies":
     dist.all_reduce(t)  # rank 1 never comes: torchrun must stop this rank
 dist.all_reduce(t)
 print(f"rank {dist.get_rank()} sum {t.tolist()}", flush=True)
-dist.destroy_process_group()
+finish()  # trnlab's: closes the process groups and ends the rank before interpreter teardown

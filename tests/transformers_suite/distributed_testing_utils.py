@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from trnlab.distributed import finish
+
 #: Seconds a launch may take before its ranks are stopped (a rank left waiting on a collective hangs otherwise).
 RANK_TIMEOUT = float(os.environ.get("TRNLAB_SUITE_RANK_TIMEOUT", "900"))
 _GRACE = 30.0  # seconds the other ranks get to finish once one rank has failed
@@ -92,14 +94,12 @@ def _run_rank(rank, func, func_args, func_kwargs, world_size, store_host, store_
         _set_rank_device(rank)
         store = dist.TCPStore(store_host, store_port, world_size=None, is_master=False)
         dist.init_process_group(backend=_get_distributed_backend(), store=store, rank=rank, world_size=world_size)
-        try:
-            func(rank, *func_args, **func_kwargs)
-        finally:
-            dist.destroy_process_group()
+        func(rank, *func_args, **func_kwargs)
     except BaseException as e:  # noqa: BLE001 (reported to the parent)
         error = f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
     with open(os.path.join(results_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
         json.dump({"error": error}, f)
+    finish()  # destroys the process group and ends the rank before interpreter teardown (pytorch/pytorch#190489)
 
 
 def run_distributed(world_size: int = 2):
