@@ -173,7 +173,8 @@ def test_the_slurm_script_runs_under_a_real_slurm_on_two_nodes(folder, slurm):
            .replace("--master-port=29500", f"--master-port={_free_port()}"))  # the port: a free one on this machine
     assert sum(a != b for a, b in zip(script.splitlines(), job.splitlines())) == 2  # the venv line and srun's line
     (folder / "job.sbatch").write_text(job)
-    submitted = slurm.run("sbatch", "job.sbatch", cwd=folder, env={**_env("standin", folder), "SLURM_CONF": slurm.env["SLURM_CONF"]})
+    env = {**_env("standin", folder), "SLURM_CONF": slurm.env["SLURM_CONF"]}
+    submitted = slurm.run("sbatch", "job.sbatch", cwd=folder, env=env)
     assert submitted.returncode == 0, submitted.stderr
     number = job_id(submitted.stdout)
     finished = slurm.wait_for_job(number, timeout=400)

@@ -33,6 +33,7 @@ def test_the_cluster_has_two_idle_nodes_and_stops_exactly_its_daemons(tmp_path):
     with slurm_cluster.cluster(folder) as running:
         assert sorted(_processes_of(folder)) == ["munged", "slurmctld", "slurmd", "slurmd"]
         nodes = running.run("sinfo", "-h", "-N", "-o", "%N %t %P").stdout.split("\n")
-        assert [line for line in nodes if line] == ["trnlab-node0 idle trnlab*", "trnlab-node1 idle trnlab*"]  # * default
+        # "*": the default partition
+        assert [line for line in nodes if line] == ["trnlab-node0 idle trnlab*", "trnlab-node1 idle trnlab*"]
     assert _processes_of(folder) == []
     assert slurm_cluster.HOSTS_LINE not in slurm_cluster.HOSTS.read_text()

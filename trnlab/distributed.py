@@ -21,9 +21,9 @@ from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a
 from trnlab.rank_cores import _format_core_list
 from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "finish", "global_batches", "greedy_text",
-           "is_parallelism_refusal", "pad_vocabulary", "parity_recorder", "quiet_rank_output", "rank_report", "read_run",
-           "reshard", "save_sharded", "train_single_process", "write_json"]
+__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "finish", "global_batches",
+           "greedy_text", "is_parallelism_refusal", "pad_vocabulary", "parity_recorder", "quiet_rank_output",
+           "rank_report", "read_run", "reshard", "save_sharded", "train_single_process", "write_json"]
 
 
 def quiet_rank_output() -> None:
@@ -36,12 +36,7 @@ def quiet_rank_output() -> None:
 
 
 def finish(code: int = 0) -> None:
-    """Close the process groups and end this rank now, before interpreter teardown (pytorch/pytorch#190489).
-
-    A Gloo worker thread frees a finished collective's tensors after the rank has moved on; if that rank is
-    already tearing the interpreter down, the thread cannot take the GIL and the rank aborts ("terminate called
-    without an active exception", SIGABRT) after a run that completed. Ending with os._exit skips the teardown.
-    """
+    """Close the process groups and end the rank before interpreter teardown, which can abort it (pytorch#190489)."""
     if dist.is_initialized():
         dist.destroy_process_group()
     logging.shutdown()
