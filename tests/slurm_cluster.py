@@ -3,14 +3,15 @@
 Every daemon runs in the foreground (``-F``/``-D``) as a child of the fixture, on loopback ports picked free, with its
 config, state, spool and logs in one temporary folder; on exit the fixture stops exactly those processes. The two
 nodes are ``trnlab-node0`` and ``trnlab-node1``: torchrun's rendezvous must resolve the head node's name, so the
-fixture adds one line for them (127.0.0.1) to /etc/hosts while the cluster runs, and removes that line after, as a
-cluster's own /etc/hosts or DNS would name its nodes. Jobs complete into ``jobcomp.txt``, which ``sacct -c`` reads
+fixture adds its own line for them (127.0.0.1) to /etc/hosts while the cluster runs, and removes that line after, as
+a cluster's own /etc/hosts or DNS would name its nodes. Jobs complete into ``jobcomp.txt``, which ``sacct -c`` reads
 (no slurmdbd needed). Needs root (slurmd starts job steps as the job's user). Missing Slurm skips the tests and says
 what to install; under CI=true it fails them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -26,7 +27,6 @@ NODES = ("trnlab-node0", "trnlab-node1")
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "sacct", "scontrol")
 INSTALL = "apt-get install --no-install-recommends slurmctld slurmd munge (Debian's Slurm)"
 HOSTS = Path("/etc/hosts")
-HOSTS_LINE = f"127.0.0.1 {' '.join(NODES)}  # trnlab tests: the two Slurm nodes on this machine"
 
 
 def _free_port() -> int:
@@ -77,22 +77,31 @@ def missing() -> str | None:
     return None
 
 
+def hosts_line(folder: Path) -> str:
+    """The /etc/hosts line of the cluster in ``folder``: each cluster its own, so two (two test workers) never
+    remove each other's."""
+    return f"127.0.0.1 {' '.join(NODES)}  # trnlab tests: the two Slurm nodes of {folder}"
+
+
+def _edit_hosts(change) -> None:
+    """Apply ``change`` (lines -> lines) to /etc/hosts under a lock: another cluster may be editing it too."""
+    with HOSTS.open("r+") as hosts:
+        fcntl.flock(hosts, fcntl.LOCK_EX)
+        lines = change(hosts.read().splitlines())
+        hosts.seek(0)
+        hosts.write("".join(f"{line}\n" for line in lines))
+        hosts.truncate()
+
+
 @contextmanager
-def _node_names():
-    """The nodes' names resolve to 127.0.0.1 while the cluster runs: one line in /etc/hosts, removed after."""
-    try:
-        socket.gethostbyname(NODES[0]), socket.gethostbyname(NODES[1])
-        yield  # already resolvable (a line left by an earlier run, or the machine's own): touch nothing
-        return
-    except OSError:
-        pass
-    with HOSTS.open("a") as hosts:
-        hosts.write(f"{HOSTS_LINE}\n")
+def _node_names(folder: Path):
+    """The nodes' names resolve to 127.0.0.1 while the cluster runs: its own line in /etc/hosts, removed after."""
+    line = hosts_line(folder)
+    _edit_hosts(lambda lines: [*lines, line])
     try:
         yield
     finally:
-        HOSTS.write_text("".join(line for line in HOSTS.read_text().splitlines(keepends=True)
-                                 if line.rstrip("\n") != HOSTS_LINE))
+        _edit_hosts(lambda lines: [other for other in lines if other != line])
 
 
 def _wait(condition, what: str, logs: list[Path], timeout: float = 60):
@@ -145,7 +154,7 @@ def cluster(folder: Path):
         started.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True))
 
-    with _node_names():
+    with _node_names(folder):
         try:
             start("munged", "munged", "-F", "--force", f"--socket={folder}/munge.socket",
                   f"--key-file={folder}/munge.key", f"--pid-file={folder}/munged.pid",

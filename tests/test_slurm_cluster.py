@@ -36,4 +36,4 @@ def test_the_cluster_has_two_idle_nodes_and_stops_exactly_its_daemons(tmp_path):
         # "*": the default partition
         assert [line for line in nodes if line] == ["trnlab-node0 idle trnlab*", "trnlab-node1 idle trnlab*"]
     assert _processes_of(folder) == []
-    assert slurm_cluster.HOSTS_LINE not in slurm_cluster.HOSTS.read_text()
+    assert slurm_cluster.hosts_line(folder) not in slurm_cluster.HOSTS.read_text()
