@@ -31,6 +31,7 @@ INTERNALS = {
     "ACCELERATE_PARALLELISM_REFUSAL": "the words of Accelerate's ParallelismConfig refusal",
     "is_parallelism_refusal": "the words of Accelerate's ParallelismConfig refusal",
     "trainer_dynamo_plugin": "Trainer.accelerator.state.dynamo_plugin",
+    "on_trainer_resume": "Trainer._load_from_checkpoint, called by Trainer.train(resume_from_checkpoint=)",
     "cpu_mesh_as_multi_device": "accelerate.Accelerator.multi_device, read by ParallelismConfig._validate_accelerator",
     "model_device_mesh": "PreTrainedModel._device_mesh",
     "strided_shard_class": "torch.distributed.tensor.placement_types._StridedShard",
@@ -128,6 +129,20 @@ def test_trainer_internals(tmp_path):
     trainer = Trainer(model=torch.nn.Linear(2, 2), args=TrainingArguments(str(tmp_path), use_cpu=True,
                                                                             report_to="none"))
     assert hasattr(_compat.trainer_dynamo_plugin(trainer), "backend")
+
+
+def test_trainer_resumes_through_the_method_trnlab_replaces(tmp_path):
+    import inspect
+
+    from transformers import Trainer, TrainingArguments
+
+    assert "self._load_from_checkpoint(resume_from_checkpoint)" in inspect.getsource(Trainer.train)
+    trainer = Trainer(model=torch.nn.Linear(2, 2), args=TrainingArguments(str(tmp_path), use_cpu=True,
+                                                                            report_to="none"))
+    called = []
+    _compat.on_trainer_resume(trainer, called.append)
+    trainer._load_from_checkpoint("checkpoint-7")
+    assert called == ["checkpoint-7"]
 
 
 def test_accelerate_refusal_text_is_still_in_accelerate():

@@ -497,3 +497,15 @@ def test_the_rank_that_died_without_a_word_is_the_root_cause_whichever_torchrun_
     assert str(result) == "rank 1 failed (exit status 3); torchrun stopped the other ranks"
     assert result.traceback.splitlines() == ["(rank 1 printed no traceback; rank 0's:)",
                                              *[line[len("[rank0]: "):] for line in PEER_TRACEBACK.splitlines()]]
+
+
+def test_max_restarts_is_passed_to_torchrun_and_a_restart_is_reported_by_rank():
+    cmd = tl.torchrun_command("train.py", nproc_per_node=2, python="torchrun", tee=False, max_restarts=1)
+    assert cmd == ["torchrun", "--standalone", "--nproc-per-node=2", "--max-restarts=1", "train.py"]
+    assert "--max-restarts=0" not in tl.torchrun_command("train.py", nproc_per_node=2, max_restarts=0)
+    with pytest.raises(SettingError, match=r"max_restarts=-1: give a whole number >= 0"):
+        tl.torchrun_command("train.py", nproc_per_node=2, max_restarts=-1)
+    assert tl.RESTART_ENV == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    result = tl.LaunchResult(commands=[cmd], returncode=0, seconds=3.0, restarts=[(1, -9)])
+    assert str(result) == ("the run finished (exit status 0) in 3.0 s, after rank 1 failed (exit status -9: SIGKILL) "
+                           "and torchrun restarted every rank")

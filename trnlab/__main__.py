@@ -9,7 +9,7 @@ import json
 import shlex
 import sys
 
-from trnlab.launcher import INSTANCES, _launch_command, launch
+from trnlab.launcher import INSTANCES, RESTART_ENV, _launch_command, launch
 from trnlab.models import SHIPPED_MODELS
 from trnlab.settings import _DEFAULT_INSTANCE, SettingError, whole_number
 
@@ -37,6 +37,8 @@ def _launch_parser() -> argparse.ArgumentParser:
                              "(TorchNeuron gives rank i core i), or this shell's NEURON_RT_VISIBLE_CORES when set")
     parser.add_argument("--timeout", type=_timeout_arg, default=3600.0,
                         help="seconds before the run is stopped (default 3600; 'none': no limit)")
+    parser.add_argument("--max-restarts", type=int, default=0,
+                        help="times torchrun restarts every rank after one fails (default 0); the script resumes")
     parser.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
     return parser
 
@@ -51,12 +53,14 @@ def _launch(argv: list[str] | None = None) -> int:
         if args.dry_run:
             cmd, plan = _launch_command(args.script, args.script_args, nproc_per_node=args.nproc_per_node,
                                         tp_size=args.tp_size, fsdp_size=args.fsdp_size, model=args.model,
-                                        neuron_cores=args.neuron_cores, python="torchrun", tee=False)
-            print(f"{shlex.join(cmd)}\n# {plan}")  # bytes per rank: python -m trnlab plan --tp ... --train
+                                        neuron_cores=args.neuron_cores, python="torchrun", tee=False,
+                                        max_restarts=args.max_restarts)
+            prefix = [f"{k}={v}" for k, v in RESTART_ENV.items()] if args.max_restarts else []
+            print(f"{shlex.join([*prefix, *cmd])}\n# {plan}")  # bytes per rank: python -m trnlab plan --tp ... --train
             return 0
         return launch(args.script, args.script_args, nproc_per_node=args.nproc_per_node, tp_size=args.tp_size,
                       fsdp_size=args.fsdp_size, model=args.model, timeout=args.timeout,
-                      neuron_cores=args.neuron_cores).returncode
+                      neuron_cores=args.neuron_cores, max_restarts=args.max_restarts).returncode
     except SettingError as exc:  # PlanError included
         print(f"error: {exc}", file=sys.stderr)
         return 2

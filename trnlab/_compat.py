@@ -115,6 +115,12 @@ def is_parallelism_refusal(error: BaseException) -> bool:
     return isinstance(error, ValueError) and ACCELERATE_PARALLELISM_REFUSAL in str(error)
 
 
+def on_trainer_resume(trainer, hook) -> None:
+    """Make ``trainer.train(resume_from_checkpoint=path)`` call ``hook(path)`` where it loads the weights
+    (``Trainer._load_from_checkpoint``), which fails for a model sharded at load time ("mixed Tensor and DTensor")."""
+    trainer._load_from_checkpoint = lambda path, model=None: hook(path)
+
+
 def trainer_dynamo_plugin(trainer):
     """The ``TorchDynamoPlugin`` the Trainer's Accelerator compiles with."""
     return trainer.accelerator.state.dynamo_plugin

@@ -4,15 +4,21 @@ Notebook 05's script makes those calls in each rank; this module holds the logic
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
 import json
 import math
 import logging
 import os
+import random
+import shutil
+import socket
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -21,9 +27,10 @@ from trnlab._compat import cpu_mesh_as_multi_device, is_parallelism_refusal  # a
 from trnlab.rank_cores import _format_core_list
 from trnlab.settings import SettingError, progress_bars, whole_number
 
-__all__ = ["Parity", "batch_loss", "compare_runs", "cpu_mesh_as_multi_device", "finish", "global_batches",
-           "greedy_text", "is_parallelism_refusal", "pad_vocabulary", "parity_recorder", "quiet_rank_output",
-           "rank_report", "read_run", "reshard", "save_sharded", "train_single_process", "write_json"]
+__all__ = ["CheckpointError", "Parity", "batch_loss", "check_checkpoint", "checkpoints", "compare_runs",
+           "cpu_mesh_as_multi_device", "finish", "global_batches", "greedy_text", "is_parallelism_refusal",
+           "latest_checkpoint", "pad_vocabulary", "parity_recorder", "quiet_rank_output", "rank_report", "read_run",
+           "reshard", "save_sharded", "sharded_checkpoints", "train_single_process", "write_json"]
 
 
 def quiet_rank_output() -> None:
@@ -314,3 +321,229 @@ def compare_runs(a: dict, b: dict, tolerance: float = 1e-4) -> Parity:
                 if difference > tolerance and found.first_difference is None:
                     found.first_difference = f"rank {ra['rank']}, step {x['step']}, {what}: {u:.6g} against {v:.6g}"
     return found
+
+
+# Checkpoints of a sharded run. Transformers 5.25's Trainer saves only the weights of a model sharded at load time
+# and cannot load them back (notebook 07); torch.distributed.checkpoint saves every rank's shards of the model and
+# the optimizer, and reloads them on another mesh too.
+SHARDS = "sharded"  # in each checkpoint-N: torch.distributed.checkpoint's files, one per rank and .metadata
+MANIFEST = "manifest.json"  # written last: each file's size and sha256, the mesh, the parameters' shapes
+_LOCK = ".trnlab-run.lock"  # held by rank 0 while a run writes the folder
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint this run cannot resume from or would overwrite; the message names the file and what to do."""
+
+
+def _rank() -> tuple[int, int]:
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def _agreed(value):
+    """Rank 0's ``value``, on every rank."""
+    if not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _gathered(value) -> list:
+    """Every rank's ``value``, in rank order, on every rank."""
+    if not dist.is_initialized():
+        return [value]
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _step(folder: Path) -> int:
+    return int(folder.name.removeprefix("checkpoint-"))
+
+
+def checkpoints(output_dir) -> list[Path]:
+    """The ``checkpoint-N`` folders of ``output_dir``, oldest first."""
+    found = Path(output_dir).glob("checkpoint-*")
+    return sorted((p for p in found if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()), key=_step)
+
+
+def check_checkpoint(folder) -> dict:
+    """The manifest of a complete, unchanged checkpoint (call in every rank: each reads its share of the files).
+    Raises :class:`CheckpointError` naming a missing, truncated or changed file."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(f"{folder} has no {MANIFEST}: it is not a checkpoint this course's runs wrote, or "
+                              "its save did not finish")
+    manifest = json.loads((folder / MANIFEST).read_text())
+    rank, world = _rank()
+    problems = []
+    for name in sorted(manifest["files"])[rank::world]:
+        size, digest = manifest["files"][name]
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif path.stat().st_size != size:
+            problems.append(f"{path} is {path.stat().st_size:,} bytes, {size:,} when it was saved: truncated?")
+        elif _sha256(path) != digest:
+            problems.append(f"{path} changed since it was saved (its sha256 differs)")
+    problems = sorted(sum(_gathered(problems), []))
+    if problems:
+        raise CheckpointError(f"{folder} is damaged: {'; '.join(problems)}. Nothing was loaded; move it out of the "
+                              "folder to resume from the checkpoint before it")
+    return manifest
+
+
+def latest_checkpoint(output_dir) -> str:
+    """The newest checkpoint of ``output_dir``, checked (call in every rank), for ``train(resume_from_checkpoint=)``.
+    One whose save did not finish (no manifest) is renamed ``*.incomplete``, not deleted; a damaged one is refused."""
+    folders = checkpoints(output_dir)
+    if not folders:
+        raise CheckpointError(f"{output_dir} holds no checkpoint-N folder to resume from: run without --resume "
+                              "first, with --save-steps, or give the --out of the run to resume")
+    newest = folders[-1]
+    if not (newest / MANIFEST).is_file():
+        if _rank()[0] == 0:
+            newest.rename(newest.with_name(newest.name + ".incomplete"))
+            print(f"[trnlab] {newest} has no {MANIFEST} (its save did not finish): renamed "
+                  f"{newest.name}.incomplete, resuming from the one before", flush=True)
+        if dist.is_initialized():
+            dist.barrier()
+        return latest_checkpoint(output_dir)
+    check_checkpoint(newest)
+    return str(newest)
+
+
+def _full_shapes(model) -> dict[str, list[int]]:
+    return {name: list(p.shape) for name, p in model.named_parameters()}  # a DTensor's shape is the full one
+
+
+def _mesh_text(model) -> str:
+    """``tp 2 x fsdp 2``: the model's mesh, or ``one process``."""
+    mesh = _compat.model_device_mesh(model)
+    sizes = dict(zip(getattr(mesh, "mesh_dim_names", None) or (), getattr(mesh, "shape", ())))
+    return f"tp {sizes.get('tp', 1)} x fsdp {sizes.get('fsdp', 1)}" if sizes else "one process"
+
+
+def _lock_folder(output_dir: Path):
+    """An open file holding ``output_dir``'s lock while this process lives, or ``(None, who holds it)``."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(output_dir / _LOCK, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        return None, holder
+    lock.seek(0), lock.truncate()
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}"), lock.flush()
+    return lock, None
+
+
+def _space_problem(output_dir: Path, step: int) -> str | None:
+    """Why checkpoint ``step`` would not fit on ``output_dir``'s disk, judged by the last one's size; else ``None``."""
+    done = [p for p in checkpoints(output_dir) if (p / MANIFEST).is_file()]
+    if not done:
+        return None  # nothing to judge by: a full disk fails the first save, which resuming then skips
+    need = sum(size for size, _ in json.loads((done[-1] / MANIFEST).read_text())["files"].values())
+    free = shutil.disk_usage(output_dir).free
+    if need * 1.1 <= free:
+        return None
+    return (f"checkpoint-{step} needs about {need / 2**20:,.1f} MiB (as {done[-1].name}), and {output_dir} has "
+            f"{free / 2**20:,.1f} MiB free: nothing was written. Free some space, then resume from {done[-1].name}")
+
+
+def sharded_checkpoints(trainer):
+    """Let ``trainer`` checkpoint and resume a model sharded at load time (call in every rank, before ``train``).
+    Each ``checkpoint-N`` gets the model's and optimizer's shards (``torch.distributed.checkpoint``), the scheduler,
+    each rank's RNG and a manifest; ``train(resume_from_checkpoint=)`` loads them, on this mesh or another."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from transformers import TrainerCallback
+
+    output_dir, rank = Path(trainer.args.output_dir), _rank()[0]
+
+    class ShardedCheckpoints(TrainerCallback):
+        resume_from = lock = None
+
+        def resuming(self, path, model=None):  # what Trainer calls first to load a checkpoint's weights
+            if self.resume_from == Path(path):
+                return
+            self.resume_from = Path(path)
+            manifest = check_checkpoint(self.resume_from)
+            theirs, ours = manifest["parameters"], _full_shapes(trainer.model)
+            if theirs != ours:
+                name = next((n for n in ours if theirs.get(n) != ours[n]), None) or next(n for n in theirs)
+                raise CheckpointError(f"{self.resume_from} holds another model ({manifest['model']}): {name} is "
+                                      f"{theirs.get(name)} there, {ours.get(name)} here. Resume with --model "
+                                      f"{manifest['model']}, or start a new run in another --out")
+            newer = _agreed([p.name for p in checkpoints(output_dir) if _step(p) > _step(self.resume_from)])
+            if newer:
+                raise CheckpointError(f"{output_dir} holds {', '.join(newer)}, newer than {self.resume_from.name}: "
+                                      "training on would overwrite it. Resume from the newest, or copy this one "
+                                      "to another --out")
+            self.written_on = manifest["mesh"]
+
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+            if self.resume_from is None:
+                if args.save_strategy != "no" and (done := _agreed([p.name for p in checkpoints(output_dir)])):
+                    raise CheckpointError(f"{output_dir} already holds {', '.join(done)}: pass --resume to go on "
+                                          "from the newest, or give a new run another --out")
+                return
+            model_state, optim_state = get_state_dict(model, optimizer)
+            state_dict = {"model": model_state, "optim": optim_state}
+            dcp.load(state_dict, checkpoint_id=self.resume_from / SHARDS)
+            set_state_dict(model, optimizer, model_state_dict=state_dict["model"],
+                           optim_state_dict=state_dict["optim"])
+            lr_scheduler.load_state_dict(torch.load(self.resume_from / "scheduler.pt", weights_only=True))
+            if rank == 0:
+                print(f"[trnlab] resumed from {self.resume_from.name} (step {_step(self.resume_from)}), written on "
+                      f"{self.written_on}, on {_mesh_text(model)}", flush=True)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if control.should_save and (problem := _agreed(_space_problem(output_dir, state.global_step)
+                                                           if rank == 0 else None)):
+                raise CheckpointError(problem)
+
+        def on_save(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+            folder = output_dir / f"checkpoint-{state.global_step}"
+            model_state, optim_state = get_state_dict(model, optimizer)
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / SHARDS)
+            _, world = _rank()
+            # Trainer's own name and keys, so Trainer restores the RNG where its data order needs it
+            rng_name = f"rng_state_{rank}.pth" if world > 1 else "rng_state.pth"
+            torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
+                        "cpu": torch.random.get_rng_state()}, folder / rng_name)
+            mine = [rng_name, *(p.relative_to(folder).as_posix() for p in (folder / SHARDS).glob(f"__{rank}_*"))]
+            if rank == 0:
+                torch.save(lr_scheduler.state_dict(), folder / "scheduler.pt")
+                mine += [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()
+                         and not p.name.startswith(("rng_state", "__")) and p.name != MANIFEST]
+            files = dict(pair for part in _gathered([(n, [(folder / n).stat().st_size, _sha256(folder / n)])
+                                                     for n in mine]) for pair in part)
+            if rank == 0:
+                manifest = {"step": state.global_step, "model": getattr(model, "name_or_path", ""),
+                            "world_size": world, "mesh": _mesh_text(model), "files": files,
+                            "parameters": _full_shapes(model)}
+                (folder / (MANIFEST + ".tmp")).write_text(json.dumps(manifest, indent=1))
+                (folder / (MANIFEST + ".tmp")).replace(folder / MANIFEST)  # all or nothing
+            if dist.is_initialized():
+                dist.barrier()
+
+    callback = ShardedCheckpoints()
+    if rank == 0:  # two runs writing one folder would overwrite each other's checkpoints
+        callback.lock, holder = _lock_folder(output_dir)
+    if (holder := _agreed(holder if rank == 0 else None)) is not None:
+        raise CheckpointError(f"{output_dir} is in use by another run ({holder}): wait for it to end, or give this "
+                              "run another --out")
+    _compat.on_trainer_resume(trainer, callback.resuming)
+    trainer.add_callback(callback)
+    return callback

@@ -295,14 +295,22 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
 
 
 # Commands
+#: What torchrun needs to restart a group (``--max-restarts``): restarted ranks that share its rendezvous store
+#: read the dead ones' addresses from it, and a gloo or STAND-IN group hangs in init_process_group (pytorch#135712).
+RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def torchrun_command(script, script_args=(), *, nproc_per_node: int | None = None, python: str | None = None,
-                     tee: bool = True, neuron_cores=None) -> list[str]:
+                     tee: bool = True, neuron_cores=None, max_restarts: int = 0) -> list[str]:
     """The ``torchrun`` argument list that runs ``script`` on this node (a list: no shell quoting), ``--standalone``.
-    ``python="torchrun"`` writes the console script; ``neuron_cores="4-7"`` gives local rank ``i`` the ``i``-th core."""
+    ``python="torchrun"`` writes the console script; ``neuron_cores="4-7"`` gives local rank ``i`` the ``i``-th core;
+    ``max_restarts=1``: torchrun restarts every rank once after a failure (run it with :data:`RESTART_ENV`)."""
     nproc_per_node = whole_number("nproc_per_node", plan_processes().nproc_per_node if nproc_per_node is None
                                   else nproc_per_node)
     cmd = ["torchrun"] if python == "torchrun" else [python or sys.executable, "-m", "torch.distributed.run"]
     cmd += ["--standalone", f"--nproc-per-node={nproc_per_node}"]
+    if whole_number("max_restarts", max_restarts, minimum=0):
+        cmd += [f"--max-restarts={max_restarts}"]
     if tee:
         cmd += ["--tee=3"]
     if neuron_cores is not None:  # the first nproc_per_node of them, one per rank
@@ -315,6 +323,7 @@ _RANK_PREFIX_TEMPLATE = "[rank${rank}]: "  # torchrun prefixes each worker line 
 _SUMMARY_FIELD = re.compile(r"^\s*(rank|exitcode)\s*:\s*(-?\d+)")  # torchrun's failure summary, one field a line
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 _TRACEBACK_START = "Traceback (most recent call last)"
+_WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")  # torchrun's line, on each failure
 _LAUNCH_ID_VAR = "TRNLAB_LAUNCH_ID"  # marks every process of one launch, so none can be left behind
 
 
@@ -330,6 +339,7 @@ class LaunchResult:
     failed_rank: int | None = None
     rank_exit_status: int | None = None  # the failed rank's own, when torchrun's summary gives it
     traceback: str = ""
+    restarts: list[tuple[int, int]] = field(default_factory=list)  # (rank, exit status) of each failure restarted
 
     @property
     def command(self) -> list[str]:
@@ -344,13 +354,20 @@ class LaunchResult:
         return self.rank_lines.get(rank, [])
 
     def __str__(self) -> str:
+        restarted = "".join(f", after rank {rank} failed ({_status(status)}) and torchrun restarted every rank"
+                            for rank, status in self.restarts)
         if self.timed_out:
-            return f"timed out after {self.seconds:.1f} s; every process of the run was stopped"
+            return f"timed out after {self.seconds:.1f} s{restarted}; every process of the run was stopped"
         if self.ok:
-            return f"the run finished (exit status 0) in {self.seconds:.1f} s"
+            return f"the run finished (exit status 0) in {self.seconds:.1f} s{restarted}"
         who = f"rank {self.failed_rank}" if self.failed_rank is not None else "a rank"
         status = self.returncode if self.rank_exit_status is None else self.rank_exit_status
         return f"{who} failed (exit status {status}); torchrun stopped the other ranks"
+
+
+def _status(code: int) -> str:
+    """``exit status 1``, or ``exit status -9: SIGKILL`` for a process a signal ended."""
+    return f"exit status {code}" + (f": {signal.Signals(-code).name}" if -code in signal.valid_signals() else "")
 
 
 def _check_timeouts(timeout, grace) -> None:
@@ -395,6 +412,8 @@ def _stream(procs, lines: queue.Queue, result: LaunchResult, deadline: float | N
             if echo:
                 print(line, flush=True)
         else:
+            if match := _WORKER_FAILED.search(line):  # a restart, unless the summary follows (then it is popped)
+                result.restarts.append((int(match.group(2)), int(match.group(1))))
             # torchrun's summary lists every failure it saw, with its exit status, and names a root cause.
             if line.strip() in ("Failures:", "Root Cause (first observed failure):"):
                 section = line.strip()
@@ -485,6 +504,8 @@ def _run_commands(commands: list[list[str]], env: dict[str, str], timeout: float
             reader.join(timeout=5)
     result.seconds = time.monotonic() - start
     result.returncode = next((c for c in (p.returncode for p in procs) if c != 0), 0)
+    if result.returncode != 0 and result.restarts and not result.timed_out:
+        result.restarts.pop()  # the failure that ended the run, with no restart left
     if result.ok or result.timed_out:
         result.failed_rank = result.rank_exit_status = None
         return _report(result, echo)
@@ -543,19 +564,20 @@ def _launch_command(script, script_args=(), *, nproc_per_node=None, device=None,
 def launch(script, script_args=(), *, nproc_per_node: int | None = None, device: str | None = None,
            tp_size: int | None = None, fsdp_size: int | None = None, model=None, timeout: float | None = 600.0,
            env: dict[str, str] | None = None, echo: bool = True, check: bool = False, grace: float = 15.0,
-           neuron_cores=None) -> LaunchResult:
+           neuron_cores=None, max_restarts: int = 0) -> LaunchResult:
     """Run ``script`` under ``torchrun`` on this machine, streaming every rank's lines live; a :class:`LaunchResult`.
     Bad input raises :class:`SettingError` before anything starts, ``check=True`` a failed run :class:`LaunchError`;
     on all NeuronCores TorchNeuron gives each rank its own core (pre-release source snapshot); on a subset, trnlab."""
     _check_timeouts(timeout, grace)
     cmd, plan = _launch_command(script, script_args, nproc_per_node=nproc_per_node, device=device, tp_size=tp_size,
-                                fsdp_size=fsdp_size, model=model, neuron_cores=neuron_cores)
+                                fsdp_size=fsdp_size, model=model, neuron_cores=neuron_cores, max_restarts=max_restarts)
+    restart_env = RESTART_ENV if max_restarts else {}
     if echo:
-        print(f"$ {shlex.join(cmd)}\n  ({plan})", flush=True)
+        print(f"$ {shlex.join([*(f'{k}={v}' for k, v in restart_env.items()), *cmd])}\n  ({plan})", flush=True)
         listing = (_neuron_ls_json() or _neuron_ls_output()) if plan.device == "neuron" else None
         if _neuron_core_holders(listing):
             print(f"[trnlab] {core_holders_notice(listing, 'neuron')}", flush=True)
-    result = _run_commands([cmd], {**plan.env, **(env or {})}, timeout, grace, echo)
+    result = _run_commands([cmd], {**plan.env, **restart_env, **(env or {})}, timeout, grace, echo)
     if check and not result.ok:
         error = LaunchError(str(result) + (f"\n{result.traceback}" if result.traceback else ""))
         error.result = result
