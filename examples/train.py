@@ -5,7 +5,7 @@
 Each rank checks the mesh and its rows per step, loads its shard with the page's from_pretrained(...,
 distributed_config=DistributedConfig(...)), and trains it with Trainer on the packed blocks of notebook 04.
 With --save-steps N it writes --out/checkpoint-N every N steps; --resume (or a restart by torchrun or Slurm)
-goes on from the newest one, on this mesh or another (notebook 07).
+goes on from the newest one, on this mesh or another (tests/test_checkpoints.py runs each case).
 """
 import argparse
 import os
@@ -25,7 +25,7 @@ parser.add_argument("--batch-size", type=int, default=8)  # rows a step, all FSD
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--out", default="outputs")
 parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-parser.add_argument("--save-steps", type=int)  # N: a checkpoint-N every N steps in --out (notebook 07); None: none
+parser.add_argument("--save-steps", type=int)  # N: a checkpoint-N every N steps in --out; None: none
 parser.add_argument("--resume", action="store_true")  # go on from the newest checkpoint in --out
 args = parser.parse_args()
 name = trnlab.model_name(args.model)

@@ -422,7 +422,7 @@ def _bad_targets(rows) -> list[str]:
 
 def test_the_changelog_is_one_table_under_its_release():
     text = CHANGELOG.read_text(encoding="utf-8")
-    assert text.startswith("# Changelog\n\n## 0.2.0\n")
+    assert text.startswith("# Changelog\n\n## 0.3.0\n") and "\n## 0.2.0\n" in text
     assert text.count(HEADER) == 1 and text.count("\n|") == len(_rows()) + 2, "keep one table, no other"
     assert 80 <= len(_rows()) <= 120, f"{len(_rows())} rows: group names that moved the same way"
 
@@ -441,6 +441,30 @@ def test_a_listed_member_outside_the_frozen_list_is_gone():
 
 def test_every_name_to_write_instead_resolves():
     assert not _bad_targets(_rows()), f"not a public trnlab name, or no such keyword: {_bad_targets(_rows())}"
+
+
+def _section(version: str) -> str:
+    text = CHANGELOG.read_text(encoding="utf-8")
+    return text.split(f"\n## {version}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _told_to_write() -> str:
+    """What the CHANGELOG tells a learner to write: the table's right column and the 0.3.0 notes."""
+    return "\n".join(new for _, new in _rows()) + _section("0.3.0")
+
+
+def test_every_path_the_changelog_tells_a_learner_to_use_exists():
+    paths = re.findall(r"`((?:examples|tests|tools|notebooks)/[\w./-]+)", _told_to_write())
+    assert "examples/train_sharded.py" in paths and not [p for p in paths if not (ROOT / p).exists()]
+
+
+def test_every_name_the_0_3_0_notes_give_resolves():
+    names = [n for span in re.findall(r"`([^`]+)`", _section("0.3.0")) for n in _expand(span)
+             if n.startswith("trnlab.")]
+    assert "trnlab.distributed.sharded_checkpoints" in names
+    assert not [n for n in names if not _resolves(n, public=True)]
+    version = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert CHANGELOG.read_text(encoding="utf-8").split("\n## ", 2)[1].startswith(version + "\n")
 
 
 def test_the_checks_can_fail():

@@ -1,4 +1,4 @@
-"""Checkpoints of a sharded run (notebook 07): examples/train.py on the 2 x 2 mesh saves checkpoint-2 and -4; a rank
+"""Checkpoints of a sharded run: examples/train.py on the 2 x 2 mesh saves checkpoint-2 and -4; a rank
 SIGKILLed after step 3 is restarted by torchrun (``launch --max-restarts 1``) and resumes from checkpoint-2 with the
 uninterrupted run's losses; checkpoint-2 resumes on another mesh; checkpoint-4's model.safetensors loads in one
 process and generates what the ranks did. Each device's two launches are shared by every test that reads them.
@@ -21,6 +21,9 @@ import torch
 import trnlab
 from tests.test_standin import needs_compiler
 from trnlab import distributed as td
+from trnlab.models import _BUNDLED_MODEL_DIR
+
+BUNDLED = str(_BUNDLED_MODEL_DIR)  # every test here, whatever TRNLAB_MODEL the suite runs with
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ["examples/train.py", "--dtype", "float32", "--steps", "4", "--save-steps", "2"]
@@ -60,7 +63,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 @pytest.fixture(scope="session")
 def padded(tmp_path_factory) -> Path:
     """The bundled model, its vocabulary padded to 768 rows so tp 2 x fsdp 2 splits it evenly (notebook 05)."""
-    return Path(td.pad_vocabulary(trnlab.model_name(None), tmp_path_factory.mktemp("padded") / "model"))
+    return Path(td.pad_vocabulary(BUNDLED, tmp_path_factory.mktemp("padded") / "model"))
 
 
 @pytest.fixture(scope="session", params=DEVICES)
@@ -84,6 +87,7 @@ def test_each_checkpoint_holds_every_ranks_shards_and_a_manifest_of_them(runs):
     assert {f"rng_state_{r}.pth" for r in range(4)} | {"scheduler.pt", "model.safetensors", "trainer_state.json",
                                                        "sharded/__3_0.distcp"} <= set(manifest["files"])
     assert [p.name for p in td.checkpoints(runs["folder"] / "clean")] == ["checkpoint-2", "checkpoint-4"]
+    assert len(manifest["save_seconds"]) == 4 and all(seconds > 0 for seconds in manifest["save_seconds"])
 
 
 def test_a_killed_rank_is_restarted_and_the_run_resumes_with_the_same_losses(runs):
@@ -128,12 +132,11 @@ def test_the_last_checkpoint_loads_in_one_process_and_generates_what_the_ranks_d
 
 # Bad input, in one process: the same callback and checks as the ranks', on the bundled model.
 
-def _trainer(out: Path, name=None, steps: int = 2):
+def _trainer(out: Path, name=BUNDLED, steps: int = 2):
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
     from trnlab import training
 
-    name = trnlab.model_name(name)
     model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
     dataset = training.packed_dataset(trnlab.load_tokenizer(name), training.training_texts(), 96)
     args = TrainingArguments(str(out), max_steps=steps, per_device_train_batch_size=2, save_strategy="steps",
@@ -219,8 +222,9 @@ def test_a_checkpoint_of_another_model_is_refused(padded, one_process, tmp_path)
     out = _copy(one_process, tmp_path / "run")
     shutil.rmtree(out / "checkpoint-2")
     trainer, _ = _trainer(out, name=str(padded))
-    with pytest.raises(td.CheckpointError, match=r"holds another model .*: model.embed_tokens.weight is \[761, 192\] "
-                                                 r"there, \[768, 192\] here. Resume with --model"):
+    with pytest.raises(td.CheckpointError, match=rf"holds another model \({re.escape(BUNDLED)}\): "
+                                                 r"model.embed_tokens.weight is \[761, 192\] there, \[768, 192\] "
+                                                 rf"here. Resume with --model {re.escape(BUNDLED)}, or start a new run"):
         trainer.train(resume_from_checkpoint=td.latest_checkpoint(out))
 
 

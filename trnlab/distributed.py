@@ -15,6 +15,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -324,8 +325,8 @@ def compare_runs(a: dict, b: dict, tolerance: float = 1e-4) -> Parity:
 
 
 # Checkpoints of a sharded run. Transformers 5.25's Trainer saves only the weights of a model sharded at load time
-# and cannot load them back (notebook 07); torch.distributed.checkpoint saves every rank's shards of the model and
-# the optimizer, and reloads them on another mesh too.
+# and cannot load them back; torch.distributed.checkpoint saves every rank's shards of the model and the optimizer,
+# and reloads them on another mesh too (tests/test_checkpoints.py).
 SHARDS = "sharded"  # in each checkpoint-N: torch.distributed.checkpoint's files, one per rank and .metadata
 MANIFEST = "manifest.json"  # written last: each file's size and sha256, the mesh, the parameters' shapes
 _LOCK = ".trnlab-run.lock"  # held by rank 0 while a run writes the folder
@@ -514,7 +515,7 @@ def sharded_checkpoints(trainer):
                 raise CheckpointError(problem)
 
         def on_save(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
-            folder = output_dir / f"checkpoint-{state.global_step}"
+            folder, start = output_dir / f"checkpoint-{state.global_step}", time.perf_counter()
             model_state, optim_state = get_state_dict(model, optimizer)
             dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / SHARDS)
             _, world = _rank()
@@ -527,11 +528,13 @@ def sharded_checkpoints(trainer):
                 torch.save(lr_scheduler.state_dict(), folder / "scheduler.pt")
                 mine += [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()
                          and not p.name.startswith(("rng_state", "__")) and p.name != MANIFEST]
-            files = dict(pair for part in _gathered([(n, [(folder / n).stat().st_size, _sha256(folder / n)])
-                                                     for n in mine]) for pair in part)
+            mine = [(n, [(folder / n).stat().st_size, _sha256(folder / n)]) for n in mine]
+            parts = _gathered((mine, round(time.perf_counter() - start, 3)))
             if rank == 0:
                 manifest = {"step": state.global_step, "model": getattr(model, "name_or_path", ""),
-                            "world_size": world, "mesh": _mesh_text(model), "files": files,
+                            "world_size": world, "mesh": _mesh_text(model),
+                            "files": dict(pair for files, _ in parts for pair in files),
+                            "save_seconds": [seconds for _, seconds in parts],  # per rank: its shards, RNG, sha256
                             "parameters": _full_shapes(model)}
                 (folder / (MANIFEST + ".tmp")).write_text(json.dumps(manifest, indent=1))
                 (folder / (MANIFEST + ".tmp")).replace(folder / MANIFEST)  # all or nothing

@@ -30,7 +30,7 @@ from trnlab.rank_cores import (_VISIBLE_CORES_VAR, _format_core_list, _listed_co
 from trnlab.settings import _NEURON_STANDIN_ENV_VAR, LaunchError, PlanError, SettingError, whole_number
 
 __all__ = ["GiB", "INSTANCES", "Instance", "get_instance", "validate_parallel_sizes", "check_mesh", "plan_processes",
-           "torchrun_command", "launch", "launch_loopback_nodes", "LaunchResult", "ProcessPlan"]
+           "torchrun_command", "launch", "launch_loopback_nodes", "LaunchResult", "ProcessPlan", "RESTART_ENV"]
 
 # Instances: the Trainium machines the planner and the launcher know, from the Neuron docs
 #: Bytes in one gibibyte (2**30): every GiB figure of the instance table and the planner.
