@@ -62,5 +62,6 @@ if trainer.is_world_process_zero():
     print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "
           f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step\ngreedy: {text!r}")
 print(f"rank {trainer.args.process_index} of {trainer.args.world_size} (node {os.environ['GROUP_RANK']}): "
-      f"{model.device}, backend {torch.distributed.get_backend()}, {trainer.accelerator.distributed_type}", flush=True)
+      f"{model.device}, backend {torch.distributed.get_backend()}, {trainer.accelerator.distributed_type}\n",
+      end="", flush=True)  # one write, newline included: ranks sharing one output file cannot run lines together
 td.finish()  # closes the process groups and ends the rank before interpreter teardown can abort it
