@@ -125,15 +125,22 @@ class Cluster:
                               **kwargs)
 
     def job(self, job_id: str) -> dict[str, str]:
-        """``sacct -c`` (the job completion log) of a finished job; {} while it has not finished."""
+        """``sacct -c`` (the job completion log) of a job's last end; {} before its first. A requeued job ends twice:
+        first as PENDING (back in the queue), then as it finally ended."""
         fields = "JobID,JobName,State,ExitCode,NNodes,NodeList%40"
         out = self.run("sacct", "-c", "--file", str(self.folder / "jobcomp.txt"), "-j", job_id, "-n", "-P", "-o",
                        fields).stdout
         rows = [dict(zip(fields.replace("%40", "").split(","), line.split("|"))) for line in out.splitlines()]
-        return next((row for row in rows if row["JobID"] == job_id), {})
+        return ([row for row in rows if row["JobID"] == job_id] or [{}])[-1]
+
+    def queued(self, job_id: str) -> str:
+        """The job's state and reason in the queue ("PENDING BeginTime", "RUNNING None"); "" once it has left it."""
+        return self.run("squeue", "-h", "-j", job_id, "-o", "%T %r").stdout.strip()
 
     def wait_for_job(self, job_id: str, timeout: float) -> dict[str, str]:
-        _wait(lambda: self.job(job_id), f"job {job_id} finished", [self.folder / "slurmctld.log"], timeout)
+        """Wait until the job has left the queue for good; its last end."""
+        _wait(lambda: self.job(job_id).get("State", "PENDING") != "PENDING" and not self.queued(job_id),
+              f"job {job_id} finished", [self.folder / "slurmctld.log"], timeout)
         return self.job(job_id)
 
 

@@ -1,21 +1,23 @@
 """Every command notebooks 05 and 06 and the README print for a learner to type runs, as printed, on CPU and on the
-STAND-IN neuron device: each is read from the text (a fenced block), not copied here.
-
-Only what a real cluster has is replaced, and each test says what: the hub model Qwen/Qwen3-8B (unreachable here)
-by tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still splits it), a node's 64 processes by 2
-(4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, the DLAMI's environment by this one.
-Every other argument stays. The Slurm script is submitted with sbatch to a real two-node Slurm on this machine
-(tests/slurm_cluster.py). Each command runs in a folder holding `examples/` (the repository's) and `padded-model/`
-(notebook 05's padded copy of the bundled model). The ranks import Transformers, then train 2 steps."""
+STAND-IN neuron device: each is read from the text (a fenced block), not copied here. Only what a real cluster has
+is replaced, and each test says what: the hub model Qwen/Qwen3-8B (unreachable here) by tools/build_model.py's other
+tiny Qwen3 (4 key/value heads, so tp=4 still splits it), a node's 64 processes by 2 (4 ranks, on 2 cores), node 0's
+address by 127.0.0.1 and its port by a free one, the DLAMI's environment by this one. Every other argument stays.
+The Slurm script is submitted with sbatch to a real two-node Slurm on this machine (tests/slurm_cluster.py), once as
+printed and once with rank 1 SIGKILLed, so the script requeues the job. Each command runs in a folder holding
+`examples/` (the repository's) and `padded-model/` (notebook 05's padded copy of the bundled model). The ranks
+import Transformers, then train 2 steps."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,9 +162,9 @@ def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
     assert _trained(device, 4, 1, 32) in out
 
 
-@needs_compiler
-def test_the_slurm_script_runs_under_a_real_slurm_on_two_nodes(folder, slurm):
-    """05: the batch script, submitted with sbatch as printed, on tests/slurm_cluster.py's two nodes (stand-in)."""
+def _slurm_job(folder: Path, wrap: str = "") -> str:
+    """Notebook 05's batch script with only the cluster's parts changed, each named; ``wrap`` goes before the rank
+    script (a test's wrapper: never the learner's)."""
     script = _one("05", r"^#!/bin/bash")
     activate = re.search(r"^source (\S+)$", script, re.M)
     assert activate and activate.group(1) == "/opt/aws_neuronx_venv_torch_neuronx_2_14_0/bin/activate"  # the DLAMI's
@@ -170,21 +172,96 @@ def test_the_slurm_script_runs_under_a_real_slurm_on_two_nodes(folder, slurm):
     job = (_hub_to_other(script, folder)  # the model: the other tiny Qwen3 for the unreachable hub model
            .replace(activate.group(1), str(Path(sys.prefix) / "bin" / "activate"))  # the venv: this one
            .replace("--nproc-per-node=64", "--nproc-per-node=2")  # the processes: 2 a node, not a trn2's 64
-           .replace("--master-port=29500", f"--master-port={_free_port()}"))  # the port: a free one on this machine
+           .replace("--master-port=29500", f"--master-port={_free_port()}")  # the port: a free one on this machine
+           .replace(" examples/train.py ", f" {wrap}examples/train.py "))
     assert sum(a != b for a, b in zip(script.splitlines(), job.splitlines())) == 2  # the venv line and srun's line
-    (folder / "job.sbatch").write_text(job)
-    env = {**_env("standin", folder), "SLURM_CONF": slurm.env["SLURM_CONF"]}
-    submitted = slurm.run("sbatch", "job.sbatch", cwd=folder, env=env)
+    return job
+
+
+def _submit(slurm, folder: Path, name: str, job: str, **env) -> tuple[str, Path]:
+    """sbatch ``job`` from its own folder ``name`` (the examples and the models beside it); its number and output."""
+    where = folder / name
+    where.mkdir()
+    (where / "examples").symlink_to(ROOT / "examples")
+    (where / "job.sbatch").write_text(job)
+    submitted = slurm.run("sbatch", "job.sbatch", cwd=where,
+                          env={**_env("standin", folder), "SLURM_CONF": slurm.env["SLURM_CONF"], **env})
     assert submitted.returncode == 0, submitted.stderr
     number = job_id(submitted.stdout)
-    finished = slurm.wait_for_job(number, timeout=400)
-    output = (folder / f"trnlab-{number}.out").read_text()  # #SBATCH --output=%x-%j.out, in the submitting folder
+    return number, where / f"trnlab-{number}.out"  # #SBATCH --output=%x-%j.out, in the submitting folder
+
+
+def _losses(run: Path) -> list[tuple[int, float]]:
+    state = json.loads((run / "outputs" / "checkpoint-4" / "trainer_state.json").read_text())
+    return [(entry["step"], entry["loss"]) for entry in state["log_history"] if "loss" in entry]
+
+
+def _ranks_on_two_nodes(output: str) -> list[tuple[str, ...]]:
+    return sorted(set(re.findall(r"^rank (\d) of 4 \(node (\d)\): (\S+), backend (\w+), (\S+)$", output, re.M)))
+
+
+RANKS_ON_TWO_NODES = [(str(r), str(r // 2), f"neuron:{r % 2}", "neuron", "DistributedType.MULTI_NEURON")
+                      for r in range(4)]
+
+
+@pytest.fixture(scope="module")
+def slurm_job(folder, slurm):
+    """The batch script's job, uninterrupted, on the stand-in: its sacct row, output and folder."""
+    number, output = _submit(slurm, folder, "slurm-clean", _slurm_job(folder))
+    try:
+        finished = slurm.wait_for_job(number, timeout=400)
+    finally:
+        slurm.run("scancel", number)  # nothing is left running if the wait failed
+    return finished, output.read_text(), output.parent
+
+
+@needs_compiler
+def test_the_slurm_script_runs_under_a_real_slurm_on_two_nodes(slurm_job):
+    """05: the batch script, submitted with sbatch as printed, on tests/slurm_cluster.py's two nodes (stand-in)."""
+    finished, output, where = slurm_job
     assert (finished["JobName"], finished["State"], finished["ExitCode"], finished["NNodes"], finished["NodeList"]) \
         == ("trnlab", "COMPLETED", "0:0", "2", "trnlab-node[0-1]"), output[-4000:]
-    assert _trained("standin", 4, 1, 32) in output
-    ranks = sorted(re.findall(r"^rank (\d) of 4 \(node (\d)\): (\S+), backend (\w+), (\S+)$", output, re.M))
-    assert ranks == [(str(r), str(r // 2), f"neuron:{r % 2}", "neuron", "DistributedType.MULTI_NEURON")
-                     for r in range(4)], output[-4000:]
+    assert _trained("standin", 4, 1, 32).replace("2 steps", "4 steps") in output
+    assert _ranks_on_two_nodes(output) == RANKS_ON_TWO_NODES, output[-4000:]
+    assert sorted(p.name for p in (where / "outputs").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+
+@needs_compiler
+def test_a_killed_rank_fails_the_slurm_step_and_the_requeued_job_resumes_with_the_same_losses(folder, slurm, slurm_job):
+    """05: rank 1 SIGKILLed after step 3 fails the step (srun --kill-on-bad-exit); the script requeues the job, and
+    the second start (SLURM_RESTART_COUNT=1) resumes from checkpoint-2 and ends with the uninterrupted job's losses."""
+    wrapper = f"{ROOT / 'tests' / 'scripts' / 'paused_rank.py'} "  # rank 1 waits after step 3, for the kill
+    number, output = _submit(slurm, folder, "slurm-killed", _slurm_job(folder, wrap=wrapper), PAUSE_AT="1:3")
+    try:
+        paused = None
+        deadline = time.monotonic() + 300
+        while paused is None and time.monotonic() < deadline and slurm.queued(number):
+            text = output.read_text() if output.exists() else ""
+            paused = re.search(r"rank 1 \(pid (\d+)\) logged step 3", text)
+            time.sleep(0.2)
+        assert paused, output.read_text()[-4000:] if output.exists() else slurm.queued(number)
+        os.kill(int(paused.group(1)), signal.SIGKILL)  # the nodes are this machine: the rank's pid is ours to kill
+        # Slurm 22.05 holds a requeued job about 2 minutes (its BeginTime: 121 s measured here); release it now,
+        # as an operator may with scontrol
+        deadline = time.monotonic() + 120
+        while slurm.queued(number) != "PENDING BeginTime" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert slurm.queued(number) == "PENDING BeginTime", output.read_text()[-4000:]
+        assert slurm.run("scontrol", "update", f"JobId={number}", "StartTime=now").returncode == 0
+        finished = slurm.wait_for_job(number, timeout=400)
+        shown = slurm.run("scontrol", "show", "job", number).stdout  # slurmctld keeps a finished job for MinJobAge
+    finally:
+        slurm.run("scancel", number)
+    text = output.read_text()  # --open-mode=append: both starts, in one file
+    assert (finished["State"], finished["ExitCode"]) == ("COMPLETED", "0:0"), text[-4000:]
+    assert re.search(r"\bRestarts=1\b", shown) and re.search(r"\bRequeue=1\b", shown), shown
+    first, second = text.split(paused.group(0))
+    assert "[trnlab] resumed from" not in first
+    assert "[trnlab] resumed from checkpoint-2 (step 2), written on tp 4 x fsdp 1, on tp 4 x fsdp 1" in second
+    assert _ranks_on_two_nodes(second) == RANKS_ON_TWO_NODES, second[-4000:]
+    clean, resumed = _losses(slurm_job[2]), _losses(output.parent)
+    assert [step for step, _ in resumed] == [1, 2, 3, 4]
+    assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(clean, resumed)), (clean, resumed)
 
 
 @pytest.mark.parametrize("device", DEVICES)

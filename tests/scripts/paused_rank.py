@@ -3,7 +3,8 @@
     PAUSE_AT=R:K torchrun --max-restarts=1 ... tests/scripts/paused_rank.py examples/train.py ARGS...
 
 It prints "rank R (pid P) logged step K" and waits; its peers wait in the next step's collective, so
-nothing moves on (no checkpoint is half written) until the test's SIGKILL. Later attempts run unpaused.
+nothing moves on (no checkpoint is half written) until the test's SIGKILL. Later attempts (restarted by torchrun, or
+a requeued Slurm job) run unpaused.
 """
 import os
 import runpy
@@ -17,7 +18,8 @@ rank, step = map(int, os.environ["PAUSE_AT"].split(":"))
 
 class Pause(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
-        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        first_attempt = all(os.environ.get(var, "0") == "0" for var in ("TORCHELASTIC_RESTART_COUNT",
+                                                                        "SLURM_RESTART_COUNT"))
         if first_attempt and args.process_index == rank and state.global_step == step and "loss" in logs:
             print(f"rank {rank} (pid {os.getpid()}) logged step {step}", flush=True)
             time.sleep(600)
