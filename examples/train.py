@@ -55,8 +55,9 @@ with td.cpu_mesh_as_multi_device():  # a gloo CPU mesh only: Accelerate takes a 
 td.sharded_checkpoints(trainer)  # each checkpoint-N: every rank's shards of model and optimizer, scheduler, RNG
 # torchrun --max-restarts and a requeued Slurm job run this command again: then it goes on from the newest checkpoint.
 restarted = any(os.environ.get(var, "0") != "0" for var in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
-resume = args.resume or (restarted and td.checkpoints(args.out))
-trainer.train(resume_from_checkpoint=td.latest_checkpoint(args.out) if resume else None)
+# A restart before the first finished checkpoint starts again from step 0; --resume needs one.
+checkpoint = td.latest_checkpoint(args.out, required=args.resume) if args.resume or restarted else None
+trainer.train(resume_from_checkpoint=checkpoint)
 text = td.greedy_text(model, tokenizer, training.NEW_FACT_PROMPT)  # every rank takes part
 if trainer.is_world_process_zero():
     print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "

@@ -210,6 +210,17 @@ def test_an_unfinished_save_is_set_aside_and_the_one_before_resumes(one_process,
     assert "its save did not finish): renamed checkpoint-2.incomplete" in capsys.readouterr().out
 
 
+def test_a_restart_whose_only_checkpoint_is_unfinished_starts_again_from_step_0(one_process, tmp_path):
+    out = _copy(one_process, tmp_path / "run")
+    shutil.rmtree(out / "checkpoint-2")
+    (out / "checkpoint-1" / td.MANIFEST).unlink()  # the first save was cut short
+    checkpoint = td.latest_checkpoint(out, required=False)  # what examples/train.py asks when restarted
+    assert checkpoint is None and (out / "checkpoint-1.incomplete").is_dir() and not td.checkpoints(out)
+    trainer, _ = _trainer(out)
+    trainer.train(resume_from_checkpoint=checkpoint)  # the new-run refusal no longer sees a checkpoint
+    assert _losses(out) == _losses(one_process)
+
+
 def test_resuming_an_older_checkpoint_would_overwrite_a_newer_one_and_is_refused(one_process, tmp_path):
     out = _copy(one_process, tmp_path / "run")
     trainer, _ = _trainer(out)

@@ -402,10 +402,13 @@ def check_checkpoint(folder) -> dict:
     return manifest
 
 
-def latest_checkpoint(output_dir) -> str:
+def latest_checkpoint(output_dir, required: bool = True) -> str | None:
     """The newest checkpoint of ``output_dir``, checked (call in every rank), for ``train(resume_from_checkpoint=)``.
-    One whose save did not finish (no manifest) is renamed ``*.incomplete``, not deleted; a damaged one is refused."""
+    One whose save did not finish (no manifest) is renamed ``*.incomplete``, not deleted; a damaged one is refused.
+    None is refused unless ``required=False`` (a restart before the first save: it starts again from step 0)."""
     folders = checkpoints(output_dir)
+    if not folders and not required:
+        return None
     if not folders:
         raise CheckpointError(f"{output_dir} holds no checkpoint-N folder to resume from: run without --resume "
                               "first, with --save-steps, or give the --out of the run to resume")
@@ -417,7 +420,7 @@ def latest_checkpoint(output_dir) -> str:
                   f"{newest.name}.incomplete, resuming from the one before", flush=True)
         if dist.is_initialized():
             dist.barrier()
-        return latest_checkpoint(output_dir)
+        return latest_checkpoint(output_dir, required)
     check_checkpoint(newest)
     return str(newest)
 
