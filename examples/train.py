@@ -61,7 +61,8 @@ trainer.train(resume_from_checkpoint=checkpoint)
 text = td.greedy_text(model, tokenizer, training.NEW_FACT_PROMPT)  # every rank takes part
 if trainer.is_world_process_zero():
     print(f"trained {trainer.state.global_step} steps on a {mesh['tp_size']} x {mesh['fsdp_size']} (tp x fsdp) mesh of "
-          f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step\ngreedy: {text!r}")
+          f"{model.device.type} ranks, {mesh['rank_batch_size']} row(s) per FSDP rank a step\ngreedy: {text!r}\n",
+          end="", flush=True)
 print(f"rank {trainer.args.process_index} of {trainer.args.world_size} (node {os.environ['GROUP_RANK']}): "
       f"{model.device}, backend {torch.distributed.get_backend()}, {trainer.accelerator.distributed_type}\n",
       end="", flush=True)  # one write, newline included: ranks sharing one output file cannot run lines together

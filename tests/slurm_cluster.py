@@ -27,6 +27,10 @@ NODES = ("trnlab-node0", "trnlab-node1")
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "sacct", "scontrol")
 INSTALL = "apt-get install --no-install-recommends slurmctld slurmd munge (Debian's Slurm)"
 HOSTS = Path("/etc/hosts")
+# A requeued job waits out the credential lifetime before it starts again (slurm.conf(5), AuthInfo cred_expire:
+# default 120 s), so that the first start's revoked credentials cannot kill the second; then the main scheduling
+# loop starts it (sched_interval, default 60 s). Shorter here, so that a requeue test waits seconds, not minutes.
+CRED_EXPIRE, SCHED_INTERVAL = 10, 2
 
 
 def _free_port() -> int:
@@ -42,7 +46,7 @@ def _config(folder: Path, ports: list[int]) -> str:
 SlurmctldHost=localhost
 SlurmctldPort={ports[0]}
 AuthType=auth/munge
-AuthInfo=socket={folder}/munge.socket
+AuthInfo=socket={folder}/munge.socket,cred_expire={CRED_EXPIRE}
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -59,6 +63,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={folder}/jobcomp.txt
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval={SCHED_INTERVAL}
 SelectType=select/linear
 MpiDefault=none
 ReturnToService=2

@@ -158,12 +158,12 @@ def test_torchneuron_is_torch_s_minor_then_3_and_the_xla_based_package_is_not():
 def test_a_trn_without_torch_neuronx_fails_with_the_venv_and_the_install_line():
     detail = _fail(doctor._environment_check(_with(versions={"torch-neuronx": None})), "neuron environment")
     assert detail.startswith("torch-neuronx is not installed: activate TorchNeuron's venv")
-    assert detail.endswith(f'pip install --upgrade "torch-neuronx==2.14.*" {INSTALL}')
+    assert detail.endswith(f'pip install --upgrade "torch==2.14.0" "torch-neuronx==2.14.*" {INSTALL}')
 
 
 @pytest.mark.parametrize("torch, neuronx, fix", [
-    ("2.13.0", "2.14.3.0", f'pip install --upgrade "torch-neuronx==2.13.*" {INSTALL}'),
-    ("2.14.0+cpu", "2.13.3.1", f'pip install --upgrade "torch-neuronx==2.14.*" {INSTALL}'),
+    ("2.13.0", "2.14.3.0", f'pip install --upgrade "torch==2.13.0" "torch-neuronx==2.13.*" {INSTALL}'),
+    ("2.14.0+cpu", "2.13.3.1", f'pip install --upgrade "torch==2.14.0" "torch-neuronx==2.14.*" {INSTALL}'),
     ("2.12.1", "2.14.3.0", f"TorchNeuron exists for torch 2.13.0 and 2.14.0 only: activate TorchNeuron's venv"),
 ])
 def test_torch_and_torch_neuronx_from_different_families_fail(torch, neuronx, fix):
@@ -172,11 +172,19 @@ def test_torch_and_torch_neuronx_from_different_families_fail(torch, neuronx, fi
     assert doctor._family_check(_with(versions={"torch": "2.13.0+cpu", "torch-neuronx": "2.13.3.1"})).ok
 
 
+@pytest.mark.parametrize("torch, neuronx, said", [("2.14.0", "2.14.3.0", True), ("2.13.0", "2.13.3.0", True),
+                                                  ("2.14.0", "2.14.3.1", False), ("2.13.0", "2.13.3.2", False)])
+def test_a_torch_neuronx_before_2_34_passes_and_says_the_memory_figures_may_be_wrong(torch, neuronx, said):
+    check = doctor._family_check(_with(versions={"torch": torch, "torch-neuronx": neuronx}))
+    assert check.ok and check.detail.startswith(f"torch {torch} with torch-neuronx {neuronx}")
+    assert ("memory functions work on Neuron from torch-neuronx 2.13.3.1 / 2.14.3.1" in check.detail) is said
+
+
 @pytest.mark.parametrize("torch, family", [("2.14.0", "2.14"), ("2.13.0", "2.13")])
 def test_a_missing_compiler_fails_with_the_install_line_of_this_torch(torch, family):
     detail = _fail(doctor._compiler_check(_with(versions={"torch": torch, "neuronx-cc": None})), "neuronx-cc")
     assert detail == ("the Neuron compiler, which turns graphs into NEFFs, is not installed, so nothing compiles: "
-                      f'pip install --upgrade "torch-neuronx=={family}.*" {INSTALL}')
+                      f'pip install --upgrade "torch=={family}.0" "torch-neuronx=={family}.*" {INSTALL}')
     assert doctor._compiler_check(_with(versions={"neuronx-cc": "on PATH"})).ok
     assert doctor._compiler_check(_with(versions={"torch-neuronx": None})) is None  # no torch-neuronx: not asked
 

@@ -29,8 +29,8 @@ def test_the_course_has_its_notebooks():
     names = [p.name for p in NOTEBOOKS]
     assert "01_installation_check.ipynb" in names and "02_inference.ipynb" in names
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", n) for n in names), names
-    # six lessons, numbered 01 to 06 without a gap (05 distributed sharding, 06 planning a real run)
-    assert [int(n[:2]) for n in names] == list(range(1, 7)), names
+    # seven lessons, numbered 01 to 07 without a gap (05 distributed sharding, 06 planning a real run, 07 checkpoints)
+    assert [int(n[:2]) for n in names] == list(range(1, 8)), names
 
 
 SUMMARY_CALL = "print(trnlab.run_summary())"
@@ -87,10 +87,10 @@ def test_notebook_starts_with_its_parameter_cell(path):
         assert variable in source, f"{path.name}: the parameter cell must read {variable}"
     if "TRNLAB_DTYPE" not in source:
         # Then the bfloat16 pass does not run it again (trnlab.pytest_plugin): it must say why,
-        # and really never read the setting, which only load_model/resolve_dtype do.
+        # and really never read the setting, which only setup/load_model/resolve_dtype do without dtype=.
         assert "No dtype setting" in source, f"{path.name}: read TRNLAB_DTYPE, or say why not"
         code = "\n".join("".join(c["source"]) for c in _cells(path, "code"))
-        calls = re.findall(r"load_model\((.*)", code) + re.findall(r"resolve_dtype\((.*)", code)
+        calls = [call for name in ("setup", "load_model", "resolve_dtype") for call in re.findall(rf"{name}\((.*)", code)]
         assert calls and all("dtype=" in call for call in calls), f"{path.name}: pass dtype= to {calls}"
 
 

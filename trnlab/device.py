@@ -132,7 +132,8 @@ def _neuron_ls_output(timeout: float = 20.0) -> str | None:
     return (done.stdout + done.stderr).strip()
 
 
-#: neuron-ls's JSON flags, newest first: Neuron 2.34 replaced ``--json-output``/``-j`` by ``--output-format json``.
+#: neuron-ls's JSON flags, newest first: Neuron's intent notice (2026-10-16) says ``--json-output``/``-j`` go
+#: "starting with 2.34" for ``--output-format json``; no 2.34 tools release note confirming it was found.
 _NEURON_LS_JSON_FLAGS = (("--output-format", "json"), ("-j",))
 
 

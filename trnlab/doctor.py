@@ -263,10 +263,12 @@ def _native(version: str | None) -> bool:
 
 
 def _install_line(torch_version: str | None) -> str:
-    """The Neuron setup guide's line for this torch's family; PyTorch's CPU index keeps a CUDA torch out."""
+    """The Neuron setup guide's line for this torch's family, torch pinned (torch-neuronx 2.14.3.x is built against
+    2.14.0; PyPI has 2.14.1 and 2.15.0); PyTorch's CPU index keeps a CUDA torch out."""
     family = "2.13" if (torch_version or "").startswith("2.13.") else "2.14"
-    return (f'pip install --upgrade "torch-neuronx=={family}.*" "neuronx-cc==2.*" nki --extra-index-url '
-            "https://pip.repos.neuron.amazonaws.com --extra-index-url https://download.pytorch.org/whl/cpu")
+    return (f'pip install --upgrade "torch=={family}.0" "torch-neuronx=={family}.*" "neuronx-cc==2.*" nki '
+            "--extra-index-url https://pip.repos.neuron.amazonaws.com "
+            "--extra-index-url https://download.pytorch.org/whl/cpu")
 
 
 def _environment_check(m: _Machine) -> _Check | None:
@@ -292,7 +294,10 @@ def _family_check(m: _Machine) -> _Check | None:
         return None
     wanted, pair = ".".join(neuronx.split(".")[:2]) + ".0", f"torch {torch_version} with torch-neuronx {neuronx}"
     if torch_version.split("+")[0] == wanted:
-        return _Check("torch family", True, pair)
+        memory = Version(neuronx) >= Version(wanted[:-1] + "3.1") or (
+            "; torch.accelerator's memory functions work on Neuron from torch-neuronx 2.13.3.1 / 2.14.3.1 (Neuron 2.34 "
+            "release notes): before, notebook 02's memory figures may be missing or wrong")
+        return _Check("torch family", True, pair + ("" if memory is True else memory))
     return _Check("torch family", False, f"{pair}, which needs torch {wanted}: " + (
         _install_line(torch_version) if torch_version.startswith(("2.13.0", "2.14.0"))
         else f"TorchNeuron exists for torch 2.13.0 and 2.14.0 only: {_ACTIVATE}"))

@@ -291,6 +291,8 @@ def plan_processes(nproc: int | None = None, device=None) -> ProcessPlan:
         threads = max(1, (os.cpu_count() or 1) // chosen)
         env = {_NEURON_STANDIN_ENV_VAR: "1", "OMP_NUM_THREADS": str(threads)}
         reason += (f"; STAND-IN: each rank's core is host memory, its collectives gloo's, OMP_NUM_THREADS={threads}")
+    elif device == "neuron":
+        reason += "; each rank starts the Neuron runtime (users report about 6.7 s a process, aws-neuron-sdk#1361)"
     return ProcessPlan(device, _DIST_BACKENDS[device], chosen, visible, reason, env)
 
 

@@ -21,7 +21,7 @@ class Pause(TrainerCallback):
         first_attempt = all(os.environ.get(var, "0") == "0" for var in ("TORCHELASTIC_RESTART_COUNT",
                                                                         "SLURM_RESTART_COUNT"))
         if first_attempt and args.process_index == rank and state.global_step == step and "loss" in logs:
-            print(f"rank {rank} (pid {os.getpid()}) logged step {step}", flush=True)
+            print(f"rank {rank} (pid {os.getpid()}) logged step {step}\n", end="", flush=True)  # one write
             time.sleep(600)
 
 
