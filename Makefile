@@ -21,6 +21,8 @@ NOTEBOOKS ?= notebooks/
 # JUPYTER_CONFIG_PATH, so nothing is written into the environment or into ~/.jupyter.
 LAB_ENV := JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
 STAMP := $(VENV)/.trnlab-installed
+# The exact versions the stored notebooks and the suite were run with; pyproject.toml keeps a learner's ranges.
+CONSTRAINTS := trnlab/constraints.txt
 UV_INSTALL := $(BIN)/python -m uv pip install -q --python $(BIN)/python --compile-bytecode
 # TORCH_SPEC's words, each quoted for the shell: a range such as torch>=2.13,<2.15 stays one argument.
 TORCH_ARGS = $(foreach word,$(TORCH_SPEC),'$(word)')
@@ -41,11 +43,11 @@ $(BIN)/python:
 # Then the environment is byte-compiled on all cores (torch came uncompiled), so that no process
 # compiles torch's imports again (skipping the one torch file that is Python 3.12 syntax).
 # About 45 s on 2 cores with cold caches (with browser-deps), against 90 s with pip alone.
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q --no-compile $(TORCH_ARGS)
-	$(BIN)/python -m pip install -q uv && $(UV_INSTALL) -e . || \
+	$(BIN)/python -m pip install -q uv && $(UV_INSTALL) -e . -c $(CONSTRAINTS) || \
 	  { echo "make: uv could not install the course (above): installing with pip instead"; \
-	    $(BIN)/python -m pip uninstall -q -y uv; $(BIN)/python -m pip install -q -e .; }
+	    $(BIN)/python -m pip uninstall -q -y uv; $(BIN)/python -m pip install -q -e . -c $(CONSTRAINTS); }
 	$(BIN)/python -m compileall -q -j0 -x '/torch/testing/_internal/py312_intrinsics\.py$$' $(VENV)/lib || \
 	  echo "make: some modules could not be byte-compiled (above): they still import, compiled on each import"
 	touch $@

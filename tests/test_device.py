@@ -176,7 +176,7 @@ def test_neuron_ls_is_read_in_each_layout_of_the_docs():
     assert dev._neuron_ls_devices(None, "", "{}") == {"instance_type": None, "lnc": None, "cores": [], "holders": []}
 
 
-@pytest.mark.parametrize("accepts", ["--output-format json", "-j"])  # Neuron 2.34 on; before 2.34
+@pytest.mark.parametrize("accepts", ["--output-format json", "-j"])  # the flag the 2.34 intent notice names; before 2.34
 def test_neuron_ls_json_is_asked_with_the_flag_the_tool_has(tmp_path, monkeypatch, accepts):
     tool = tmp_path / "neuron-ls"
     tool.write_text(f'#!/bin/sh\n[ "$*" = "{accepts}" ] || {{ echo "unknown option $1" >&2; exit 2; }}\necho "[]"\n')
@@ -311,3 +311,15 @@ def test_run_summary_on_neuron_counts_neffs(fake_neuron, monkeypatch, capsys):
     assert trnlab.run_summary().splitlines()[2] == ("torch.neuron.get_dynamo_metrics(): 0 NEFF(s) compiled "
                                                     "(0 forward, 0 backward, 0 inference) "
                                                     "since torch.neuron.reset_dynamo_metrics() was last called")
+
+
+def test_setup_warns_when_a_package_is_newer_than_the_tested_one(no_accelerator, monkeypatch, capsys):
+    from trnlab.run_record import tested_versions
+
+    monkeypatch.setattr("trnlab.device._neuron_ls_output", lambda: None)
+    versions = {**dev._package_versions(), "accelerate": "9.1.0"}
+    monkeypatch.setattr("trnlab.device._package_versions", lambda: versions)
+    _, out = _setup_output(capsys, "cpu")
+    assert f"warning: accelerate 9.1.0 is newer than {tested_versions()['accelerate']}, the version" in out
+    monkeypatch.setattr("trnlab.device._package_versions", lambda: {**versions, "accelerate": None})
+    assert "warning:" not in _setup_output(capsys, "cpu")[1]

@@ -441,3 +441,21 @@ def test_doctor_asks_torch_apart_where_torch_neuronx_is_installed(monkeypatch):
         "then fail TorchNeuron's assertion in this process; run `python -m trnlab doctor` on its own")
     monkeypatch.setattr(doctor, "_installed", installed)
     assert not any("child process" in note for note in doctor.device_report().notes)  # no torch-neuronx: asked here
+
+
+def test_a_package_newer_than_the_tested_one_is_a_warning_naming_both_versions(monkeypatch):
+    from trnlab.run_record import newer_than_tested, tested_versions
+
+    tested = tested_versions()
+    same = {"torch": tested["torch"] + "+cpu", "transformers": tested["transformers"], "accelerate": None}
+    assert newer_than_tested(same) == []  # a local build label or an absent package is not newer
+    newer = {**same, "transformers": "9.0.0"}
+    assert newer_than_tested(newer) == [
+        f"transformers 9.0.0 is newer than {tested['transformers']}, the version the course was tested with "
+        f"(trnlab/constraints.txt): if a cell fails, try pip install \"transformers=={tested['transformers']}\""]
+    from trnlab.doctor import device_report
+
+    report = device_report()
+    report.versions["transformers"] = "9.0.0"
+    checks = [c for c in doctor.run_checks(report) if c.name == "tested versions"]
+    assert [(c.ok, c.detail) for c in checks] == [(True, newer_than_tested(newer)[0])]  # a warning, never a failure

@@ -55,6 +55,7 @@ BRANCHES = {
         "tests/test_launch.py::test_an_explicit_cpu_device_gives_cpu_processes_where_an_accelerator_exists",
     "trnlab/launcher.py:plan_processes": STANDIN,
     "trnlab/launcher.py:plan_processes#2": STANDIN,
+    "trnlab/launcher.py:plan_processes#3": "tests/test_launch.py::test_neuron_plan_is_one_process_per_visible_neuroncore",
     "trnlab/launcher.py:_launch_command": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/launcher.py:launch": HERE + "test_launch_on_neuron_names_the_processes_holding_neuroncores",
     "trnlab/training.py:precision_choice": STANDIN,

@@ -6,6 +6,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 
@@ -77,7 +78,8 @@ def test_make_setup_installs_a_pinned_torch_with_pip_then_the_course_with_uv_and
     lib = tmp_path / "venv" / "lib"
     assert log[:5] == ["[-c][import torch]", "[-m][pip][install][-q][--no-compile][torch==2.13.0]",
                        "[-m][pip][install][-q][uv]",
-                       f"[-m][uv][pip][install][-q][--python][{tmp_path}/venv/bin/python][--compile-bytecode][-e][.]",
+                       f"[-m][uv][pip][install][-q][--python][{tmp_path}/venv/bin/python][--compile-bytecode][-e][.]"
+                       "[-c][trnlab/constraints.txt]",  # the tested versions, exactly
                        f"[-m][compileall][-q][-j0][-x][/torch/testing/_internal/py312_intrinsics\\.py$][{lib}]"]
     assert "[-m][uv][pip][install]" in log[6] and log[6].endswith("[playwright>=1.40]"), log   # browser-deps: uv too
 
@@ -85,8 +87,9 @@ def test_make_setup_installs_a_pinned_torch_with_pip_then_the_course_with_uv_and
 def test_where_uv_cannot_install_pip_does_and_browser_deps_uses_pip(tmp_path):
     log, out = _make_setup(tmp_path, UV_FAILS="1")
     assert "uv could not install the course (above): installing with pip instead" in out
-    assert log[3:6] == [f"[-m][uv][pip][install][-q][--python][{tmp_path}/venv/bin/python][--compile-bytecode][-e][.]",
-                        "[-m][pip][uninstall][-q][-y][uv]", "[-m][pip][install][-q][-e][.]"], log
+    assert log[3:6] == [f"[-m][uv][pip][install][-q][--python][{tmp_path}/venv/bin/python][--compile-bytecode][-e][.]"
+                        "[-c][trnlab/constraints.txt]", "[-m][pip][uninstall][-q][-y][uv]",
+                        "[-m][pip][install][-q][-e][.][-c][trnlab/constraints.txt]"], log
     assert log[6].startswith("[-m][compileall]") and log[8] == "[-m][pip][install][-q][playwright>=1.40]", log
 
 
@@ -139,3 +142,38 @@ def test_the_environments_modules_are_byte_compiled():
 
     for module in (torch, transformers, torch.nn.modules.module):
         assert Path(importlib.util.cache_from_source(module.__file__)).exists(), f"{module.__name__} has no .pyc"
+
+
+def test_the_constraints_file_names_the_versions_the_stored_notebooks_ran_with():
+    import json
+
+    from packaging.version import Version
+
+    from trnlab.run_record import stored_run, tested_versions
+
+    tested = tested_versions()
+    assert set(tested) == {"torch", "transformers", "accelerate"}
+    assert tested["torch"] == re.search(r"torch==([\d.]+)", (ROOT / "Makefile").read_text()).group(1)  # TORCH_SPEC
+    for name, version in tested.items():  # pyproject's ranges admit the tested versions
+        assert _pyproject_requirements()[name].specifier.contains(version), (name, version)
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        run = stored_run(path)
+        outputs = "".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
+                          for o in c.get("outputs", []))
+        accelerate = re.search(r"^torch \S+, transformers \S+, accelerate ([^,\s]+)", outputs, re.M).group(1)
+        ran = {"torch": Version(run["torch"]).base_version, "transformers": run["transformers"],
+               "accelerate": accelerate}
+        assert ran == tested, f"{path.name} ran with {ran}; trnlab/constraints.txt says {tested}"
+
+
+def test_makes_environment_holds_exactly_the_tested_versions():
+    import sys
+
+    from trnlab.run_record import _installed, tested_versions
+
+    if not (Path(sys.prefix) / ".trnlab-installed").exists():
+        pytest.skip(f"{sys.prefix} is not an environment `make` set up (no .trnlab-installed): its versions are yours")
+    from packaging.version import Version
+
+    installed = {name: Version(_installed(name)).base_version for name in tested_versions()}
+    assert installed == tested_versions()

@@ -19,7 +19,7 @@ import torch
 
 from trnlab import __version__, _compat
 from trnlab.rank_cores import _visible_cores_setting
-from trnlab.run_record import _installed, record_run
+from trnlab.run_record import _installed, newer_than_tested, record_run
 from trnlab.settings import _DEVICE_CHOICES, NotAvailableError, _check, _read_settings
 
 __all__ = ["setup", "run_summary", "detect_backend", "pick_device", "resolve_dtype", "resolve_device_map",
@@ -366,7 +366,10 @@ def setup(device: str | None = None, seed: int = 0, cpu_threads: int | None = No
     current = _read_settings()
     random.seed(seed)
     torch.manual_seed(seed)
-    print(", ".join(f"{name} {version}" for name, version in _package_versions().items() if version))
+    versions = _package_versions()
+    print(", ".join(f"{name} {version}" for name, version in versions.items() if version))
+    for warning in newer_than_tested(versions):
+        print(f"warning: {warning}")
     chosen = pick_device(device if device is not None else current.device)
     threads = current.cpu_threads if cpu_threads is None else cpu_threads
     if chosen.type == "cpu" and threads:

@@ -28,7 +28,7 @@ from trnlab.launcher import INSTANCES
 from trnlab.models import (_BUNDLED_MODEL_DIR, _MODEL_ENV_VAR, _WEIGHT_PATTERNS, _is_bundled, _missing_model_files,
                            model_name)
 from trnlab.rank_cores import _VISIBLE_CORES_VAR as VISIBLE_CORES_VAR, _parse_core_list
-from trnlab.run_record import _installed
+from trnlab.run_record import _installed, newer_than_tested
 from trnlab.settings import _DEVICE_ENV_VAR, SettingError, _read_setting, _setting_problems
 
 __all__ = ["DeviceReport", "device_report", "run_checks", "show_report"]
@@ -498,6 +498,7 @@ def run_checks(report: DeviceReport, machine: _Machine | None = None) -> list[_C
         _version_check("transformers", report.versions.get("transformers")),
         _version_check("accelerate", report.versions.get("accelerate")),
         _model_check(),
+        *(_Check("tested versions", True, warning) for warning in newer_than_tested(report.versions)),
         *(check(machine) for check in (_environment_check, _family_check, _python_check, _autoload_check,
                                        _compiler_check, _ubuntu_check, _disk_check, _memory_check, _lnc_check,
                                        _compiler_lnc_check, _device_count_check, _torchrun_check, _cores_check)),

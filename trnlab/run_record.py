@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trnlab import __version__
 
-__all__ = ["record_run", "stored_run", "describe_run"]
+__all__ = ["record_run", "stored_run", "describe_run", "CONSTRAINTS", "tested_versions", "newer_than_tested"]
 
 #: The metadata key, of an output or of the notebook, that holds ``{"run": {...}}``: the record.
 RECORD_KEY = "trnlab"
@@ -25,6 +25,29 @@ def _installed(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+#: The exact versions the stored notebooks and the suite were run with (``make`` installs them).
+CONSTRAINTS = Path(__file__).with_name("constraints.txt")
+
+
+def tested_versions() -> dict[str, str]:
+    """``{package: version}`` of :data:`CONSTRAINTS`."""
+    lines = (line.split("#")[0].strip() for line in CONSTRAINTS.read_text().splitlines())
+    return dict(line.split("==") for line in lines if line)
+
+
+def newer_than_tested(installed: dict[str, str | None] | None = None) -> list[str]:
+    """One warning per package (of ``installed``, else this environment) newer than :data:`CONSTRAINTS` names."""
+    from packaging.version import Version
+
+    warnings = []
+    for name, tested in tested_versions().items():
+        version = installed.get(name) if installed is not None else _installed(name)
+        if version and Version(Version(version).base_version) > Version(tested):
+            warnings.append(f"{name} {version} is newer than {tested}, the version the course was tested with "
+                            f"(trnlab/constraints.txt): if a cell fails, try pip install \"{name}=={tested}\"")
+    return warnings
 
 
 def _device_type(device) -> str:
