@@ -294,10 +294,10 @@ def _family_check(m: _Machine) -> _Check | None:
         return None
     wanted, pair = ".".join(neuronx.split(".")[:2]) + ".0", f"torch {torch_version} with torch-neuronx {neuronx}"
     if torch_version.split("+")[0] == wanted:
-        memory = Version(neuronx) >= Version(wanted[:-1] + "3.1") or (
-            "; torch.accelerator's memory functions work on Neuron from torch-neuronx 2.13.3.1 / 2.14.3.1 (Neuron 2.34 "
-            "release notes): before, notebook 02's memory figures may be missing or wrong")
-        return _Check("torch family", True, pair + ("" if memory is True else memory))
+        if Version(neuronx) < Version(wanted[:-1] + "3.1"):  # 2.13.3.1 / 2.14.3.1: Neuron 2.34
+            pair += ("; torch.accelerator's memory functions work on Neuron from torch-neuronx 2.13.3.1 / 2.14.3.1 "
+                     "(Neuron 2.34 release notes): before, notebook 02's memory figures may be missing or wrong")
+        return _Check("torch family", True, pair)
     return _Check("torch family", False, f"{pair}, which needs torch {wanted}: " + (
         _install_line(torch_version) if torch_version.startswith(("2.13.0", "2.14.0"))
         else f"TorchNeuron exists for torch 2.13.0 and 2.14.0 only: {_ACTIVATE}"))
