@@ -272,3 +272,15 @@ def test_a_checkpoint_that_would_not_fit_on_the_disk_is_refused_before_writing(s
     callback.lock.close()
     assert [p.name for p in td.checkpoints(small_disk / "run")] == ["checkpoint-1"]
     td.check_checkpoint(small_disk / "run" / "checkpoint-1")
+
+
+def test_the_readmes_launch_cost_command_splits_each_ranks_cpu_seconds(padded):
+    """README, "Tests": `python tools/launch_cost.py -- examples/train.py --model M`, M the padded model (~10 s)."""
+    done = subprocess.run([sys.executable, "tools/launch_cost.py", "--", "examples/train.py", "--model", str(padded)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = re.findall(r"^ +(\d) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", done.stdout, re.M)
+    assert [rank for rank, *_ in rows] == ["0", "1", "2", "3"], done.stdout  # each rank wrote its marks before finish()
+    assert all(float(imports) > 0.1 and float(setup) > 0 and float(training) > 0
+               for _, _, imports, setup, training, _ in rows), done.stdout
+    assert re.search(r"^rank 0's slowest top-level imports \(cumulative s\): .*\btransformers [\d.]+", done.stdout, re.M)

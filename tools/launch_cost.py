@@ -48,7 +48,16 @@ def rank_main(out: Path, script: str, args: list[str]) -> None:
         marks["end"] = _cpu()
         (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(marks))
 
-    atexit.register(write)
+    from trnlab import distributed
+
+    finish = distributed.finish
+
+    def write_then_finish(code: int = 0) -> None:  # finish() ends the rank with os._exit: no atexit after it
+        write()
+        finish(code)
+
+    distributed.finish = write_then_finish
+    atexit.register(write)  # a script that ends without finish()
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")
 
