@@ -24,6 +24,7 @@ import pytest
 
 import trnlab
 from tests.slurm_cluster import job_id, slurm  # noqa: F401 (a fixture)
+from tests.test_checkpoints import _losses
 from tests.test_standin import needs_compiler
 from trnlab.launcher import check_mesh
 
@@ -191,11 +192,6 @@ def _submit(slurm, folder: Path, name: str, job: str, **env) -> tuple[str, Path]
     return number, where / f"trnlab-{number}.out"  # #SBATCH --output=%x-%j.out, in the submitting folder
 
 
-def _losses(run: Path) -> list[tuple[int, float]]:
-    state = json.loads((run / "outputs" / "checkpoint-4" / "trainer_state.json").read_text())
-    return [(entry["step"], entry["loss"]) for entry in state["log_history"] if "loss" in entry]
-
-
 def _ranks_on_two_nodes(output: str) -> list[tuple[str, ...]]:
     return sorted(set(re.findall(r"^rank (\d) of 4 \(node (\d)\): (\S+), backend (\w+), (\S+)$", output, re.M)))
 
@@ -259,7 +255,7 @@ def test_a_killed_rank_fails_the_slurm_step_and_the_requeued_job_resumes_with_th
     assert "[trnlab] resumed from" not in first
     assert "[trnlab] resumed from checkpoint-2 (step 2), written on tp 4 x fsdp 1, on tp 4 x fsdp 1" in second
     assert _ranks_on_two_nodes(second) == RANKS_ON_TWO_NODES, second[-4000:]
-    clean, resumed = _losses(slurm_job[2]), _losses(output.parent)
+    clean, resumed = _losses(slurm_job[2] / "outputs"), _losses(output.parent / "outputs")
     assert [step for step, _ in resumed] == [1, 2, 3, 4]
     assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(clean, resumed)), (clean, resumed)
 
