@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,8 @@ from build_model import OTHER, main  # noqa: E402
 
 
 def test_other_builds_in_seconds_a_differently_sized_qwen3_that_shards_on_a_2x2_mesh(tmp_path):
-    start = time.perf_counter()
     assert main(["--other", "--output", str(tmp_path / "other")]) == 0
-    assert time.perf_counter() - start < 60  # about 2 s of training on a laptop CPU core
+    assert OTHER.steps * OTHER.batch_size <= 320  # 40 steps of 8 documents: about 2 s on a laptop CPU core
     config = json.loads((tmp_path / "other" / "config.json").read_text())
     bundled = json.loads((_BUNDLED_MODEL_DIR / "config.json").read_text())
     sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")

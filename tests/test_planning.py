@@ -400,16 +400,18 @@ def test_a_given_mesh_that_does_not_fit_is_told_the_mesh_flags_too(capsys):
     assert _fixes(info.value) == [["--tp", "8", "--fsdp", "8"]]
 
 
-def test_a_huge_batch_is_answered_in_seconds():
-    # issue 16 item 4: the "what would fit" search bisects the batch instead of trying every smaller one.
-    import time
+def test_a_huge_batch_is_answered_by_bisection(monkeypatch):
+    # issue 16 item 4: the "what would fit" search bisects the batch instead of trying every smaller one: about 17
+    # mesh searches per bisection over 100,000 batches, where trying each would be 100,000 (counted, not timed)
+    import trnlab.planning as planning
 
+    searches, search = [], planning._search
+    monkeypatch.setattr(planning, "_search", lambda *a, **k: searches.append(1) or search(*a, **k))
     for workload in ("inference", "train"):
-        start = time.perf_counter()
+        searches.clear()
         with pytest.raises(PlanError) as info:
             plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", workload, batch=100_000, seq=2048)
-        elapsed = time.perf_counter() - start
-        assert elapsed < 5, f"{workload}: {elapsed:.1f} s"
+        assert len(searches) <= 40, f"{workload}: {len(searches)} mesh searches"
         batch = int(str(info.value).split("What would fit: --batch ")[1].split()[0])
         fits = plan_mesh("Qwen/Qwen3-8B", "trn2.48xlarge", workload, batch=batch, seq=2048)
         assert fits.recommended.fits
