@@ -1,5 +1,9 @@
 """What ``make test`` costs (``-p tests.cost``): each test's wall and CPU seconds, its own process's and its children's
-(torchrun and its ranks, notebook kernels, the browser), summed by kind and by file at the end of the session."""
+(torchrun and its ranks, notebook kernels, the browser), summed by kind and by file at the end of the session.
+
+It also keeps the launches' cost from creeping back: a launch started by a test itself, or by a function-scoped
+fixture, fails that test unless the test is marked ``own_launch("why")`` (its point is its own launch: a rank
+killed, a bad flag refused). Every other launch belongs in a session or module fixture, which its readers share."""
 
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ import pytest
 
 #: Seconds the running test spent in launches: ``[(wall, cpu), ...]``, one a launch, from start to exit.
 LAUNCHES: list[tuple[float, float]] = []
-#: A launch: torchrun, python -m trnlab launch, or a batch script (that runs torchrun), as the tests start them.
-LAUNCH = re.compile(r"torch\.distributed\.run|torchrun|trnlab\W+launch|\.sbatch")
+#: A launch: torchrun, python -m trnlab launch, tools/launch_cost.py or a batch script (each runs torchrun).
+LAUNCH = re.compile(r"torch\.distributed\.run|torchrun|trnlab\W+launch|launch_cost|\.sbatch")
 _KEY = "trnlab-cost"
 _MARK = pytest.StashKey[tuple]()
+_UNSHARED: list[str] = []  # the launches the running test phase started outside a shared fixture
+_SCOPES: list[str] = []  # the scopes of the fixtures being set up, innermost last
 
 
 def cpu_seconds() -> float:
@@ -48,7 +54,25 @@ def pytest_runtest_makereport(item, call):
     item.stash[_MARK] = now
     launched = [sum(wall for wall, _ in LAUNCHES), sum(cpu for _, cpu in LAUNCHES)]
     LAUNCHES.clear()
-    outcome.get_result().user_properties.append((_KEY, [now[0] - then[0], now[1] - then[1], *launched]))
+    report = outcome.get_result()
+    report.user_properties.append((_KEY, [now[0] - then[0], now[1] - then[1], *launched]))
+    unshared, _UNSHARED[:] = list(_UNSHARED), []
+    if unshared and item.get_closest_marker("own_launch") is None and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} started {len(unshared)} launch(es) of its own in its {call.when}: "
+                           + "; ".join(unshared) + ". Start it in a session or module fixture that every test reading "
+                           "it shares (tests.cost keeps the suite's launch cost from creeping back), or, if the "
+                           "test's point is its own launch, mark it @pytest.mark.own_launch(\"why\")")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Launches started while a session, package, module or class fixture is set up are shared."""
+    _SCOPES.append(fixturedef.scope)
+    try:
+        yield
+    finally:
+        _SCOPES.pop()
 
 
 _running: list[tuple[float, float]] = []  # when each launch still running started (wall, cpu)
@@ -62,6 +86,8 @@ class _Popen(subprocess.Popen):
         self._launch = LAUNCH.search(str(args)) is not None
         if self._launch:
             _running.append((time.monotonic(), cpu_seconds()))
+            if not _SCOPES or _SCOPES[-1] == "function":  # the innermost fixture being set up, if any
+                _UNSHARED.append(" ".join(map(str, args if isinstance(args, (list, tuple)) else [args]))[:200])
         super().__init__(args, *rest, **options)
 
     def _ended(self):
@@ -113,6 +139,7 @@ class _Totals:
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "own_launch(why): the test's point is a launch of its own (tests/cost.py)")
     subprocess.Popen = _Popen  # subprocess.run and every test's Popen look the name up here
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         config.pluginmanager.register(_Totals(), "trnlab-cost-totals")

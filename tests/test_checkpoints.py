@@ -109,6 +109,7 @@ def _greedy(out: str) -> str:
     return re.search(r"greedy: (.*)", out).group(1)
 
 
+@pytest.mark.own_launch("a resume on another mesh, read by this test alone")
 @pytest.mark.parametrize("runs", ["cpu"], indirect=True)  # one mesh change shows the resharding
 def test_checkpoint_2_resumes_on_another_mesh(runs, tmp_path):
     shutil.copytree(runs["folder"] / "clean" / "checkpoint-2", tmp_path / "checkpoint-2")
@@ -274,6 +275,7 @@ def test_a_checkpoint_that_would_not_fit_on_the_disk_is_refused_before_writing(s
     td.check_checkpoint(small_disk / "run" / "checkpoint-1")
 
 
+@pytest.mark.own_launch("the README's command, run as printed")
 def test_the_readmes_launch_cost_command_splits_each_ranks_cpu_seconds(padded):
     """README, "Tests": `python tools/launch_cost.py -- examples/train.py --model M`, M the padded model (~10 s)."""
     done = subprocess.run([sys.executable, "tools/launch_cost.py", "--", "examples/train.py", "--model", str(padded)],

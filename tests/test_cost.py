@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = '''
 import subprocess, sys, time
 
+import pytest
+
+@pytest.mark.own_launch("the launch is what is measured")
 def test_a_launch():  # a child whose command names torchrun: counted as a launch, while it sleeps
     subprocess.run([sys.executable, "-c", "import time; time.sleep(1.5)", "torchrun"], check=True)
 
@@ -44,3 +47,50 @@ def test_the_summary_counts_launches_apart_from_the_rest(tmp_path, workers):
     [(name, (wall, cpu))] = by_file.items()
     assert name.endswith("test_inner.py")
     assert wall >= 1.5 and cpu >= 0.5  # both tests, the launch included
+
+
+SHARING = '''
+import subprocess, sys
+
+import pytest
+
+def launch():  # a child whose command names torchrun: a launch
+    subprocess.run([sys.executable, "-c", "pass", "torchrun"], check=True)
+
+@pytest.fixture(scope="module")
+def shared():
+    launch()
+
+@pytest.fixture
+def per_test():
+    launch()
+
+def test_reads_the_shared_launch(shared):
+    pass
+
+def test_reads_it_too(shared):
+    pass
+
+def test_launches_in_its_body():
+    launch()
+
+def test_launches_in_a_function_fixture(per_test):
+    pass
+
+@pytest.mark.own_launch("its point is its own launch")
+def test_marked():
+    launch()
+'''
+
+
+def test_a_launch_that_no_shared_fixture_starts_fails_its_test_unless_marked(tmp_path):
+    (tmp_path / "test_inner.py").write_text(SHARING)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.cost", "-p", "no:cacheprovider", "-rfE", "-q",
+                          str(tmp_path / "test_inner.py")], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1, run.stdout[-3000:]
+    failed = sorted(re.findall(r"^(?:FAILED|ERROR) \S+::(\w+)", run.stdout, re.M))
+    assert failed == ["test_launches_in_a_function_fixture", "test_launches_in_its_body"], run.stdout[-3000:]
+    assert "started 1 launch(es) of its own in its call: " in run.stdout
+    assert "started 1 launch(es) of its own in its setup: " in run.stdout
+    assert "mark it @pytest.mark.own_launch" in run.stdout and "3 passed" in run.stdout

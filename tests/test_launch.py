@@ -318,6 +318,7 @@ def _assert_all_gone(pid_dir: Path, expected: int):
     assert not alive, f"stray processes left: {alive}"
 
 
+@pytest.mark.own_launch("a rank made to fail: what the launcher does then")
 def test_a_failing_rank_stops_the_others_and_shows_its_traceback(tmp_path, capsys):
     script = _script(tmp_path, "fail.py", """
         if rank == 1:
@@ -342,6 +343,7 @@ def test_a_failing_rank_stops_the_others_and_shows_its_traceback(tmp_path, capsy
     _assert_all_gone(tmp_path, 3)
 
 
+@pytest.mark.own_launch("a run made to hang: the timeout ends it")
 def test_a_hung_run_ends_at_the_timeout_and_leaves_no_process(tmp_path, capsys):
     script = _script(tmp_path, "hang.py", "time.sleep(3600)\n")
     with pytest.raises(LaunchError, match="timed out") as info:
@@ -351,6 +353,7 @@ def test_a_hung_run_ends_at_the_timeout_and_leaves_no_process(tmp_path, capsys):
     _assert_all_gone(tmp_path, 2)
 
 
+@pytest.mark.own_launch("two launchers, one a node: their rendezvous")
 def test_two_launchers_on_loopback_form_one_job(tmp_path):
     script = _script(tmp_path, "allreduce.py", """
         import torch, torch.distributed as dist
@@ -413,6 +416,7 @@ print(f"local rank {os.environ['LOCAL_RANK']} sees NeuronCores {os.environ.get('
 """
 
 
+@pytest.mark.own_launch("the core each rank of this launch sees")
 def test_each_rank_sees_only_its_own_neuroncore(tmp_path, monkeypatch, capsys):
     """The real mechanism, on CPU: a job-wide NEURON_RT_VISIBLE_CORES (what a kernel inherits)
     is replaced in every rank by that rank's one core."""
@@ -427,6 +431,7 @@ def test_each_rank_sees_only_its_own_neuroncore(tmp_path, monkeypatch, capsys):
     assert "--nproc-per-node=2 --tee=3 -m trnlab.rank_cores 4-5 " in capsys.readouterr().out
 
 
+@pytest.mark.own_launch("two launches on a fake trn2: the cores each gets")
 def test_on_neuron_launch_leaves_all_cores_to_torchneuron_and_splits_only_a_subset(fake_neuron, tmp_path,
                                                                                      monkeypatch):
     """Under a fake trn2 (4 NeuronCores; the ranks run on this CPU): on all

@@ -138,6 +138,7 @@ def test_every_printed_distributed_command_is_one_this_file_runs():
                                           "python -m trnlab launch --neuron-cores 2-3 examples/train.py --tp-size 2"]
 
 
+@pytest.mark.own_launch("notebook 05's commands, run as printed")
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one(folder, device):
     """05: the page's command, then with section 3's padded copy (~90 s a device)."""
@@ -150,6 +151,7 @@ def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one
     assert _trained(device, 2, 2, 4) in out
 
 
+@pytest.mark.own_launch("notebook 05's two node lines, run as printed")
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
     """05: both nodes' lines at once on 127.0.0.1, 2 processes each instead of 64, the other tiny model (~50 s)."""
@@ -222,6 +224,7 @@ def test_the_slurm_script_runs_under_a_real_slurm_on_two_nodes(slurm_job):
     assert sorted(p.name for p in (where / "outputs").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
 
 
+@pytest.mark.own_launch("a job whose rank is killed: its requeue")
 @needs_compiler
 def test_a_killed_rank_fails_the_slurm_step_and_the_requeued_job_resumes_with_the_same_losses(folder, slurm, slurm_job):
     """05: rank 1 SIGKILLed after step 3 fails the step (srun --kill-on-bad-exit); the script requeues the job, and
@@ -260,6 +263,7 @@ def test_a_killed_rank_fails_the_slurm_step_and_the_requeued_job_resumes_with_th
     assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(clean, resumed)), (clean, resumed)
 
 
+@pytest.mark.own_launch("notebook 06's command, run as printed")
 @pytest.mark.parametrize("device", DEVICES)
 def test_notebook_06s_command_runs_with_four_processes(folder, device):
     """06: one node, 4 processes instead of 64, the other tiny model (~35-45 s)."""
@@ -268,6 +272,7 @@ def test_notebook_06s_command_runs_with_four_processes(folder, device):
     assert _trained(device, 4, 1, 16) in out
 
 
+@pytest.mark.own_launch("the README's launch lines, run as printed")
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_readmes_launch_lines_run_as_printed(folder, device):
     """README: both `python -m trnlab launch` lines, unchanged (~45-55 s for the two)."""

@@ -58,6 +58,7 @@ def test_each_rank_has_one_device_its_local_rank_as_torchneuron_gives_it(collect
         assert seen["refusals"]["cpu_tensor"] == "No backend type associated with device type cpu"
 
 
+@pytest.mark.own_launch("a learner's own script, read by this test alone")
 @needs_compiler
 @pytest.mark.parametrize("style, holds", [("ddp", "on neuron:{rank}: DDP"),
                                           ("fsdp2", "holds (8, 16) of (32, 16) on neuron:{rank}; FSDP2"),
@@ -73,6 +74,7 @@ def test_a_learners_own_script_runs_unmodified(style, holds):
     assert run.stdout.count("as one process, largest difference") == 4
 
 
+@pytest.mark.own_launch("ranks made to share a core: the refusal")
 @needs_compiler
 @pytest.mark.parametrize("visible, message", [
     ("0", "NeuronCore 0 of node 0 is claimed by 2 ranks"),
@@ -86,12 +88,34 @@ def test_ranks_sharing_a_core_fail_with_the_fix(visible, message):
 
 
 @needs_compiler
+def test_ranks_spawned_by_torch_multiprocessing_each_claim_their_local_rank_as_torchneuron_does(tmp_path):
+    """Transformers' FSDP and tensor-parallel test mixins spawn their ranks, which set LOCAL_RANK after importing
+    torch: the process group gives each neuron:<LOCAL_RANK> and NEURON_RT_VISIBLE_CORES=LOCAL_RANK, as TorchNeuron's
+    does when the variable is unset. One the ranks inherit from their parent is theirs: all on core 0, refused."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("NEURON_RT_VISIBLE_CORES", "LOCAL_RANK")}
+    seen = {}
+    for case in ("own", "inherit"):
+        out = tmp_path / f"{case}.json"
+        run = subprocess.run([sys.executable, str(SCRIPTS / "spawned_ranks.py"), str(out), case],
+                             env={**environment, **STANDIN_ENV}, capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stderr[-3000:]
+        seen[case] = json.loads(out.read_text())
+    assert seen["own"] == [{"current_device": rank, "visible": str(rank), "device": f"neuron:{rank}",
+                            "sum": [3.0, 3.0]} for rank in range(2)]
+    errors = [rank.get("error", "") for rank in seen["inherit"]]
+    assert any("NeuronCore 0 of node 0 is claimed by 2 ranks" in e and "NEURON_RT_VISIBLE_CORES=0" in e
+               for e in errors), errors
+
+
+@pytest.mark.own_launch("a rank made to start the runtime early: the refusal")
+@needs_compiler
 def test_a_tensor_on_neuron_before_init_process_group_fails_as_on_trainium():
     run = _torchrun("neuron_misuse.py", "early-tensor", nproc=2, timeout=120)
     assert run.returncode != 0
     assert "a tensor was put on neuron before init_process_group" in run.stderr
 
 
+@pytest.mark.own_launch("a rank made to die: what the launcher does then")
 @needs_compiler
 def test_a_rank_that_dies_mid_collective_stops_the_run_named():
     command = [sys.executable, "-m", "trnlab", "launch", "--nproc-per-node", "2", "--timeout", "120",

@@ -1,19 +1,23 @@
-"""Transformers' own device-agnostic distributed suite, ``tests/test_fsdp_mixin.py`` and
-``tests/test_tensor_parallel_mixin.py`` from the sdist of the installed Transformers, for a tiny Qwen3: once on the
-STAND-IN neuron device (``TRANSFORMERS_TEST_DEVICE=neuron`` and a device spec file), once on CPU gloo, with the same
-process counts; it prints passed/failed/skipped for each and fails if a test passes on CPU but not on the stand-in.
+"""Transformers' own model tests for a tiny Qwen3, from the sdist of the installed Transformers: the model tests
+(``test_modeling_common.py``), training (``test_training_mixin.py``), and the FSDP2/HSDP and tensor-parallel mixins,
+whose ranks it spawns as they expect. Once on the STAND-IN neuron device (``TRANSFORMERS_TEST_DEVICE=neuron`` and a
+device spec file), once on CPU (gloo), with the same process counts, at once. It prints each test's outcome on both
+and fails if a test passes on CPU but not on the stand-in, unless :data:`STANDIN_ONLY` names it with its cause.
 
-Opt-in, ``TRNLAB_TRANSFORMERS_SUITE=1``: about 8 minutes on 2 cores. Also a script: ``python
-tests/test_transformers_suite.py``. No Transformers code is committed here: the sdist is fetched with ``pip download``
-into ``~/.cache/trnlab/transformers-suite/<version>/`` (the test skips, saying why, when it cannot be), and the
-helpers it lacks (``distributed_testing_utils``, a Qwen3 tester) are trnlab's own, in ``tests/transformers_suite/``.
+Opt-in, ``TRNLAB_TRANSFORMERS_SUITE=1``; also a script: ``python tests/test_transformers_suite.py``. No Transformers
+code is committed here: the sdist is fetched with ``pip download`` into ``~/.cache/trnlab/transformers-suite/
+<version>/`` (the test skips, saying why, when it cannot be). The files the sdist imports but does not ship
+(``distributed_testing_utils``, the generation and export mixins) and a Qwen3 tester are trnlab's own, in
+``tests/transformers_suite/``; the export tests are not run.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,11 +31,16 @@ import pytest
 SUITE_ENV = "TRNLAB_TRANSFORMERS_SUITE"
 REPO = Path(__file__).resolve().parents[1]
 OWN = Path(__file__).with_name("transformers_suite")
-MIXINS = ("test_fsdp_mixin.py", "test_tensor_parallel_mixin.py")
+#: The sdist's own test files the suite runs: the model tests, training, FSDP2/HSDP and tensor parallelism.
+SDIST_FILES = ("test_modeling_common.py", "test_configuration_common.py", "test_training_mixin.py",
+               "test_fsdp_mixin.py", "test_tensor_parallel_mixin.py")
+#: trnlab's own files, where the sdist imports one it does not ship: (ours, its path in the package)
+OWN_FILES = (("distributed_testing_utils.py", "distributed_testing_utils.py"), ("qwen3_suite.py", "test_qwen3_suite.py"),
+             ("generation_test_utils.py", "generation/test_utils.py"), ("export_test.py", "exporters/test_export.py"))
 RUN_TIMEOUT = 3600  # seconds per device
 
 pytestmark = pytest.mark.skipif(os.environ.get(SUITE_ENV) != "1",
-                                reason=f"Transformers' distributed suite takes minutes: {SUITE_ENV}=1 runs it")
+                                reason=f"Transformers' own Qwen3 model tests take minutes: {SUITE_ENV}=1 runs them")
 
 
 class Unavailable(Exception):
@@ -79,7 +88,7 @@ def prepare(base: Path | None = None) -> Path:
     package = run_dir / "hfsuite"
     package.mkdir(parents=True)
     with tarfile.open(sdist) as archive:
-        for name in MIXINS:
+        for name in SDIST_FILES:
             try:
                 member = archive.extractfile(f"transformers-{version}/tests/{name}")
             except KeyError:
@@ -87,11 +96,13 @@ def prepare(base: Path | None = None) -> Path:
             if member is None:
                 raise Unavailable(f"the transformers {version} sdist has no tests/{name}")
             (package / name).write_bytes(member.read())
-    (package / "__init__.py").write_text("")
-    shutil.copy(OWN / "distributed_testing_utils.py", package)
-    shutil.copy(OWN / "qwen3_suite.py", package / "test_qwen3_suite.py")
+    for ours, there in OWN_FILES:
+        (package / there).parent.mkdir(exist_ok=True)
+        (package / there).parent.joinpath("__init__.py").touch()
+        shutil.copy(OWN / ours, package / there)
     shutil.copy(OWN / "neuron_device_spec.py", run_dir)
-    (run_dir / "pytest.ini").write_text("[pytest]\nmarkers =\n    is_fsdp_test\n    is_tensor_parallel_test\n")
+    # the sdist's markers (flash_attn_test, torch_compile_test, ...) are registered by its conftest.py, not shipped
+    (run_dir / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    ignore::pytest.PytestUnknownMarkWarning\n")
     return run_dir
 
 
@@ -134,6 +145,9 @@ def counts(outcomes: dict) -> dict:
 def summary(results: dict) -> str:
     lines = [f"{device}: {counts(result['outcomes'])} in {result['seconds']:.0f} s (log: {result['log']})"
              for device, result in results.items()]
+    named, unnamed, _ = stand_in_only(results)
+    lines += [f"stand-in only: {len(named)} named, {len(unnamed)} not"] + [
+        f"  {name}: {cause}" for name, cause in named.items()]
     lines.append(f"  {'test':70} {' '.join(f'{device:8}' for device in results)}")
     names = sorted(set().union(*(r["outcomes"] for r in results.values())))
     for name in names:
@@ -150,20 +164,44 @@ def run_both() -> dict:
     # the smaller, so that the same tests start the same number of processes on each. TRNLAB_SUITE_DEVICE_COUNT=4
     # lets the stand-in run the 4-rank tests on a 2-core machine (CPU gloo then skips them).
     device_count = int(os.environ.get("TRNLAB_SUITE_DEVICE_COUNT") or min(4, os.cpu_count() or 1))
-    return {device: run_suite(run_dir, device, device_count) for device in ("neuron", "cpu")}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # at once: each is mostly one busy process
+        runs = {device: pool.submit(run_suite, run_dir, device, device_count) for device in ("neuron", "cpu")}
+    return {device: run.result() for device, run in runs.items()}
 
 
-def test_transformers_distributed_suite_on_the_standin_as_on_cpu():
+#: The tests that pass on CPU and fail on the STAND-IN, by name pattern, with the cause of each (Transformers 5.25.0)
+STANDIN_ONLY = {
+    r"test_eager_matches_sdpa_inference_\d+_fp16_": (
+        "the suite's own tolerance table (test_modeling_common.py, _test_eager_matches_sdpa_inference): a device it "
+        "does not list gets atol 1e-7 and rtol 1e-4 in every dtype, where CPU's float16 gets 5e-3; the stand-in's "
+        "float16 matmuls run in float32, rounded once, so eager and SDPA differ by about 1e-5 relative"),
+    r"test_flex_attention_with_grads$": (
+        "Inductor: flex_attention compiles with torch.compile's default backend, Inductor, which generates no code "
+        "for a neuron tensor (LoweringException); TorchNeuron's own compiler is backend=\"neuron\""),
+}
+
+
+def stand_in_only(results: dict) -> tuple[dict, dict, list]:
+    """The tests that pass on CPU and not on the stand-in: those :data:`STANDIN_ONLY` names, those it does not, and
+    the patterns that named no failure (fixed since: remove them)."""
+    neuron, cpu = (results[d]["outcomes"] for d in ("neuron", "cpu"))
+    worse = {name: neuron.get(name, ("missing", "")) for name, (state, _) in cpu.items() if state == "passed"
+             and neuron.get(name, ("missing",))[0] != "passed"}
+    named = {name: cause for name in worse for pattern, cause in STANDIN_ONLY.items() if re.search(pattern, name)}
+    stale = [pattern for pattern in STANDIN_ONLY if not any(re.search(pattern, name) for name in worse)]
+    return named, {name: worse[name] for name in worse if name not in named}, stale
+
+
+def test_transformers_model_tests_on_the_standin_as_on_cpu():
     try:
         results = run_both()
     except Unavailable as error:
         pytest.skip(str(error))
     print(summary(results))
-    neuron, cpu = (results[d]["outcomes"] for d in ("neuron", "cpu"))
-    worse = {name: neuron.get(name) for name, (state, _) in cpu.items() if state == "passed"
-             and neuron.get(name, ("missing",))[0] != "passed"}
-    assert not worse, f"passed on CPU gloo, not on the STAND-IN neuron device: {worse}\n{summary(results)}"
-    assert set(neuron) == set(cpu)
+    named, unnamed, stale = stand_in_only(results)
+    assert not unnamed, f"passed on CPU, not on the STAND-IN neuron device: {unnamed}\n{summary(results)}"
+    assert not stale, f"STANDIN_ONLY names no failure for {stale}: they pass now, remove them"
+    assert set(results["neuron"]["outcomes"]) == set(results["cpu"]["outcomes"])
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"
 
 #: Public names, grouped as the course teaches them: ``{group: {name: module}}``.
 _GROUPS: dict[str, dict[str, str]] = {

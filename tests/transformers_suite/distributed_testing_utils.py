@@ -1,12 +1,12 @@
 """trnlab's own minimal ``distributed_testing_utils`` for Transformers' ``test_fsdp_mixin.py`` and
-``test_tensor_parallel_mixin.py`` (the 5.24.0 sdist imports it but does not ship it). Written for trnlab, no
-Transformers code: it launches one spawned process per rank as torchrun does (``RANK``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``WORLD_SIZE`` set before the child imports torch, so a STAND-IN neuron rank sees its one device
-``neuron:<LOCAL_RANK>``), and picks each device's backend from Transformers' own map, not a hard-coded list."""
+``test_tensor_parallel_mixin.py`` (the sdist imports it but does not ship it). Written for trnlab, no Transformers
+code. It spawns one process per rank with ``torch.multiprocessing`` as the mixins expect: each child inherits the
+test process's environment and sets its own ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` after it has imported torch
+(the FSDP mixin's ``_fsdp_global_wrapper`` does so; ``_run_rank`` below does the same for the tensor-parallel one),
+then its process group gives it its device. Each device's backend comes from Transformers' own map."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -45,29 +45,14 @@ def _set_rank_device(rank: int) -> None:
         torch.accelerator.set_device_index(rank)
 
 
-@contextlib.contextmanager
-def _environ(**values):
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update({name: str(value) for name, value in values.items()})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def _start_rank_processes(fn, args=(), nprocs: int = 2) -> None:
     """Run ``fn(rank, *args)`` in ``nprocs`` spawned processes and wait for them; raise if one fails or hangs."""
     context = mp.get_context("spawn")
     processes = []
     try:
         for rank in range(nprocs):
-            with _environ(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=nprocs, LOCAL_WORLD_SIZE=nprocs, GROUP_RANK=0):
-                process = context.Process(target=fn, args=(rank, *args), name=f"rank{rank}")
-                process.start()
+            process = context.Process(target=fn, args=(rank, *args), name=f"rank{rank}")
+            process.start()
             processes.append(process)
         deadline, failed_at = time.monotonic() + RANK_TIMEOUT, None
         while any(p.is_alive() for p in processes):
@@ -90,6 +75,8 @@ def _start_rank_processes(fn, args=(), nprocs: int = 2) -> None:
 
 def _run_rank(rank, func, func_args, func_kwargs, world_size, store_host, store_port, results_dir):
     error = None
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR=store_host,
+                      MASTER_PORT=str(store_port))
     try:
         _set_rank_device(rank)
         store = dist.TCPStore(store_host, store_port, world_size=None, is_master=False)

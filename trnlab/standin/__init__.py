@@ -268,12 +268,23 @@ def neuron_backend(gm, example_inputs, *, options=None, mode="default"):
 
 
 _CLAIMED: list[int] = []  # the NeuronCore this rank claimed with its first `neuron` process group
+_EARLY = ("a tensor was put on neuron before init_process_group, which starts the Neuron runtime too early: create "
+          "the process group first, then move tensors and models to the device (STAND-IN, as TorchNeuron asserts)")
 
 
 def _claim_core(store, rank: int) -> None:
     """What TorchNeuron's process group does first in a rank: one visible NeuronCore, ``LOCAL_RANK``'s when unset,
-    claimed before the runtime starts. Two ranks of a node on one core raise here, as the real runtime refuses them."""
-    local_rank = torch.neuron.current_device()
+    claimed before the runtime starts. Two ranks of a node on one core raise here, as the real runtime refuses them.
+    A rank that set ``LOCAL_RANK`` itself after importing torch (one spawned by ``torch.multiprocessing``, as
+    Transformers' distributed test mixins do) gets ``neuron:<LOCAL_RANK>`` as its one device here, as TorchNeuron's
+    process group sets its device start index then."""
+    module, local = torch.neuron, os.environ.get("LOCAL_RANK", "").strip()
+    if local.isdigit() and list(module._indices) != [int(local)]:
+        if torch.accelerator.max_memory_allocated(module.current_device()):
+            raise RuntimeError(_EARLY)
+        module._extension.set_rank_device(int(local), int(os.environ.get("LOCAL_WORLD_SIZE", int(local) + 1)))
+        module._indices = [int(local)]
+    local_rank = module.current_device()
     visible = os.environ.get(_VISIBLE_CORES_VAR, "").strip() or os.environ.setdefault(_VISIBLE_CORES_VAR,
                                                                                      str(local_rank))
     cores = _parse_core_list(visible)
@@ -283,9 +294,7 @@ def _claim_core(store, rank: int) -> None:
                            f"give each rank its own: python -m trnlab launch --neuron-cores {visible} ... "
                            "(STAND-IN, as TorchNeuron asserts)")
     if torch.accelerator.max_memory_allocated(local_rank):
-        raise RuntimeError("a tensor was put on neuron before init_process_group, which starts the Neuron runtime "
-                           "too early: create the process group first, then move tensors and models to the device "
-                           "(STAND-IN, as TorchNeuron asserts)")
+        raise RuntimeError(_EARLY)
     node = os.environ.get("GROUP_RANK", "0")
     if (holders := store.add(f"trnlab-standin/node{node}/core{cores[0]}", 1)) > 1:
         raise RuntimeError(f"NeuronCore {cores[0]} of node {node} is claimed by {holders} ranks (rank {rank} is the "
