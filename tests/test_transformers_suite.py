@@ -169,24 +169,28 @@ def run_both() -> dict:
     return {device: run.result() for device, run in runs.items()}
 
 
-#: The tests that pass on CPU and fail on the STAND-IN, by name pattern, with the cause of each (Transformers 5.25.0)
+#: The tests that fail on the STAND-IN and not on CPU, by name pattern, with the cause of each (Transformers 5.25.0)
 STANDIN_ONLY = {
     r"test_eager_matches_sdpa_inference_\d+_fp16_": (
-        "the suite's own tolerance table (test_modeling_common.py, _test_eager_matches_sdpa_inference): a device it "
-        "does not list gets atol 1e-7 and rtol 1e-4 in every dtype, where CPU's float16 gets 5e-3; the stand-in's "
-        "float16 matmuls run in float32, rounded once, so eager and SDPA differ by about 1e-5 relative"),
+        "the suite's own tolerance table (test_modeling_common.py, _test_eager_matches_sdpa_inference), keyed by "
+        "device name: one it does not list, neuron on a trn2 too, gets atol 1e-7 and rtol 1e-4 in every dtype; "
+        "the stand-in's eager and SDPA float16 outputs differ by 7e-6 to 1.7e-4 mean relative (measured), inside "
+        "the 5e-3 CPU's float16 gets"),
     r"test_flex_attention_with_grads$": (
-        "Inductor: flex_attention compiles with torch.compile's default backend, Inductor, which generates no code "
-        "for a neuron tensor (LoweringException); TorchNeuron's own compiler is backend=\"neuron\""),
+        "Inductor (CPU skips it: it needs an accelerator): flex_attention compiles with torch.compile's default "
+        "backend, Inductor, which generates no code for a neuron tensor (LoweringException); TorchNeuron's own "
+        "compiler is backend=\"neuron\""),
 }
 
 
 def stand_in_only(results: dict) -> tuple[dict, dict, list]:
-    """The tests that pass on CPU and not on the stand-in: those :data:`STANDIN_ONLY` names, those it does not, and
-    the patterns that named no failure (fixed since: remove them)."""
+    """The tests worse on the stand-in: passed on CPU and not on the stand-in, or failed on the stand-in and not on
+    CPU (a test CPU skips: it needs an accelerator). Those :data:`STANDIN_ONLY` names, those it does not, and the
+    patterns that named none (fixed since: remove them)."""
     neuron, cpu = (results[d]["outcomes"] for d in ("neuron", "cpu"))
-    worse = {name: neuron.get(name, ("missing", "")) for name, (state, _) in cpu.items() if state == "passed"
-             and neuron.get(name, ("missing",))[0] != "passed"}
+    worse = {name: neuron.get(name, ("missing", "")) for name, (state, _) in cpu.items()
+             if (state == "passed" and neuron.get(name, ("missing",))[0] != "passed")
+             or (state != "failed" and neuron.get(name, ("missing",))[0] in ("failed", "missing"))}
     named = {name: cause for name in worse for pattern, cause in STANDIN_ONLY.items() if re.search(pattern, name)}
     stale = [pattern for pattern in STANDIN_ONLY if not any(re.search(pattern, name) for name in worse)]
     return named, {name: worse[name] for name in worse if name not in named}, stale
@@ -199,7 +203,7 @@ def test_transformers_model_tests_on_the_standin_as_on_cpu():
         pytest.skip(str(error))
     print(summary(results))
     named, unnamed, stale = stand_in_only(results)
-    assert not unnamed, f"passed on CPU, not on the STAND-IN neuron device: {unnamed}\n{summary(results)}"
+    assert not unnamed, f"worse on the STAND-IN neuron device than on CPU: {unnamed}\n{summary(results)}"
     assert not stale, f"STANDIN_ONLY names no failure for {stale}: they pass now, remove them"
     assert set(results["neuron"]["outcomes"]) == set(results["cpu"]["outcomes"])
 
