@@ -24,7 +24,7 @@ LAUNCH = re.compile(r"torch\.distributed\.run|torchrun|trnlab\W+launch|launch_co
 _KEY = "trnlab-cost"
 _MARK = pytest.StashKey[tuple]()
 _UNSHARED: list[str] = []  # the launches the running test phase started outside a shared fixture
-_SCOPES: list[str] = []  # the scopes of the fixtures being set up, innermost last
+_SCOPES: list[str] = []  # "shared" or "function": each fixture being set up, innermost last
 
 
 def cpu_seconds() -> float:
@@ -43,6 +43,7 @@ def kind(nodeid: str) -> str:
 def pytest_runtest_setup(item):
     """The clock starts with the test's setup: module fixtures set up there are the first test's cost."""
     item.stash[_MARK] = (time.monotonic(), cpu_seconds())
+    _UNSHARED.clear()  # a launch between tests (collection, a module's import) is no test's own
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -56,8 +57,9 @@ def pytest_runtest_makereport(item, call):
     LAUNCHES.clear()
     report = outcome.get_result()
     report.user_properties.append((_KEY, [now[0] - then[0], now[1] - then[1], *launched]))
-    unshared, _UNSHARED[:] = list(_UNSHARED), []
-    if unshared and item.get_closest_marker("own_launch") is None and report.outcome != "failed":
+    unshared, _UNSHARED[:] = list(_UNSHARED), []  # a shared fixture's teardown runs in some test's: not counted
+    if unshared and call.when != "teardown" and item.get_closest_marker("own_launch") is None \
+            and report.outcome != "failed":
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} started {len(unshared)} launch(es) of its own in its {call.when}: "
                            + "; ".join(unshared) + ". Start it in a session or module fixture that every test reading "
@@ -67,8 +69,10 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_fixture_setup(fixturedef, request):
-    """Launches started while a session, package, module or class fixture is set up are shared."""
-    _SCOPES.append(fixturedef.scope)
+    """Launches started while a session, package, module or class fixture is set up are shared (a class fixture
+    of a test outside a class is set up for each test: not shared)."""
+    shared = fixturedef.scope != "function" and (fixturedef.scope != "class" or request.node.getparent(pytest.Class))
+    _SCOPES.append("shared" if shared else "function")
     try:
         yield
     finally:
@@ -86,7 +90,7 @@ class _Popen(subprocess.Popen):
         self._launch = LAUNCH.search(str(args)) is not None
         if self._launch:
             _running.append((time.monotonic(), cpu_seconds()))
-            if not _SCOPES or _SCOPES[-1] == "function":  # the innermost fixture being set up, if any
+            if not _SCOPES or _SCOPES[-1] != "shared":  # the innermost fixture being set up, if any
                 _UNSHARED.append(" ".join(map(str, args if isinstance(args, (list, tuple)) else [args]))[:200])
         super().__init__(args, *rest, **options)
 
@@ -139,7 +143,6 @@ class _Totals:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "own_launch(why): the test's point is a launch of its own (tests/cost.py)")
     subprocess.Popen = _Popen  # subprocess.run and every test's Popen look the name up here
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         config.pluginmanager.register(_Totals(), "trnlab-cost-totals")

@@ -62,7 +62,11 @@ def test_unreachable_hub_model_fails_fast_with_the_fix(monkeypatch):
     monkeypatch.setenv("TRNLAB_MODEL", "Qwen/Qwen3-0.6B")
     monkeypatch.setattr("trnlab.models._hub_reachable", lambda timeout=3.0: False)
     connections = []  # fails fast: no download is tried once the hub is known unreachable (counted, not timed)
-    monkeypatch.setattr("socket.socket.connect", lambda self, address: connections.append(address))
+    def connect(self, address):
+        connections.append(address)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr("socket.socket.connect", connect)
     with pytest.raises(trnlab.NotAvailableError) as info:
         trnlab.load_tokenizer()
     assert connections == []

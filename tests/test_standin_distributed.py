@@ -91,10 +91,11 @@ def test_ranks_sharing_a_core_fail_with_the_fix(visible, message):
 def test_ranks_spawned_by_torch_multiprocessing_each_claim_their_local_rank_as_torchneuron_does(tmp_path):
     """Transformers' FSDP and tensor-parallel test mixins spawn their ranks, which set LOCAL_RANK after importing
     torch: the process group gives each neuron:<LOCAL_RANK> and NEURON_RT_VISIBLE_CORES=LOCAL_RANK, as TorchNeuron's
-    does when the variable is unset. One the ranks inherit from their parent is theirs: all on core 0, refused."""
+    does when the variable is unset. One the ranks inherit from their parent is theirs: all on core 0, refused. A
+    LOCAL_RANK past the cores is refused by name."""
     environment = {k: v for k, v in os.environ.items() if k not in ("NEURON_RT_VISIBLE_CORES", "LOCAL_RANK")}
     seen = {}
-    for case in ("own", "inherit"):
+    for case in ("own", "inherit", "beyond"):
         out = tmp_path / f"{case}.json"
         run = subprocess.run([sys.executable, str(SCRIPTS / "spawned_ranks.py"), str(out), case],
                              env={**environment, **STANDIN_ENV}, capture_output=True, text=True, timeout=180)
@@ -105,6 +106,10 @@ def test_ranks_spawned_by_torch_multiprocessing_each_claim_their_local_rank_as_t
     errors = [rank.get("error", "") for rank in seen["inherit"]]
     assert any("NeuronCore 0 of node 0 is claimed by 2 ranks" in e and "NEURON_RT_VISIBLE_CORES=0" in e
                for e in errors), errors
+    said = {rank: seen["beyond"][rank]["error"] for rank in (0, 1)}
+    told = {r: e for r, e in said.items() if e != "stopped"}  # "stopped": the other rank failed first
+    assert told and all(e == f"LOCAL_RANK='{r + 4}': give this rank's index on its node, 0 to 3 (the STAND-IN has "
+                        "4 NeuronCores)" for r, e in told.items()), said
 
 
 @pytest.mark.own_launch("a rank made to start the runtime early: the refusal")

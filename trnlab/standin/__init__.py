@@ -279,10 +279,13 @@ def _claim_core(store, rank: int) -> None:
     Transformers' distributed test mixins do) gets ``neuron:<LOCAL_RANK>`` as its one device here, as TorchNeuron's
     process group sets its device start index then."""
     module, local = torch.neuron, os.environ.get("LOCAL_RANK", "").strip()
-    if local.isdigit() and list(module._indices) != [int(local)]:
-        if torch.accelerator.max_memory_allocated(module.current_device()):
+    if local and len(module._indices) > 1:  # not yet a rank's one device: enable() ran before LOCAL_RANK was set
+        if not local.isdigit() or int(local) >= module.cores:
+            raise RuntimeError(f"LOCAL_RANK={local!r}: give this rank's index on its node, 0 to {module.cores - 1} "
+                               f"(the STAND-IN has {module.cores} NeuronCores)")
+        if any(torch.accelerator.max_memory_allocated(index) for index in module._indices):
             raise RuntimeError(_EARLY)
-        module._extension.set_rank_device(int(local), int(os.environ.get("LOCAL_WORLD_SIZE", int(local) + 1)))
+        module._extension.set_rank_device(int(local), int(os.environ.get("LOCAL_WORLD_SIZE", module.cores)))
         module._indices = [int(local)]
     local_rank = module.current_device()
     visible = os.environ.get(_VISIBLE_CORES_VAR, "").strip() or os.environ.setdefault(_VISIBLE_CORES_VAR,
