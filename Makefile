@@ -136,7 +136,8 @@ browser-deps: setup
 # The stand-in is built (once, about 40 s) in the background as the session starts, not when its first test needs it.
 # tests/cost.py ends the session with one line: the seconds (and CPU-seconds) in launches, notebooks, the browser, the rest.
 # OMP_NUM_THREADS=1: with two test processes (and torchrun's ranks) on two cores, torch's second
-# CPU thread only waits for a busy core.
+# CPU thread only waits for a busy core. A third worker on two cores made the session slower (measured
+# 2026-12-07, fresh clones of 5aa84cd: 798 s of pytest against 660 s with two): the ranks already fill the cores.
 TEST_WORKERS ?= 2
 OTHER_MODEL := $(CURDIR)/build/other-qwen3
 BUNDLED_MODEL := $(CURDIR)/trnlab/assets/tiny-qwen3
