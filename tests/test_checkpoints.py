@@ -1,7 +1,9 @@
-"""Checkpoints of a sharded run: examples/train.py on the 2 x 2 mesh saves checkpoint-2 and -4; a rank
+"""Checkpoints of a sharded run: examples/train.py on 2 ranks as tp 1 x fsdp 2 saves checkpoint-2 and -4; a rank
 SIGKILLed after step 3 is restarted by torchrun (``launch --max-restarts 1``) and resumes from checkpoint-2 with the
-uninterrupted run's losses; checkpoint-2 resumes on another mesh; checkpoint-4's model.safetensors loads in one
-process and generates what the ranks did. Each device's two launches are shared by every test that reads them.
+uninterrupted run's losses; checkpoint-2 resumes on the other mesh of 2 ranks, tp 2 x fsdp 1; checkpoint-4's
+model.safetensors loads in one process and generates what the ranks did. Each device's two launches are shared by
+every test that reads them. 2 ranks show each of these (notebook 07 runs them on 4 ranks, tp 2 x fsdp 2; the Slurm
+tests of tests/test_printed_commands.py resume a tp 4 x fsdp 1 run).
 Bad input (no checkpoint, a damaged one, another model, one folder for two runs, a full disk) runs in one process."""
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 
 @pytest.fixture(scope="session")
 def padded(tmp_path_factory) -> Path:
-    """The bundled model, its vocabulary padded to 768 rows so tp 2 x fsdp 2 splits it evenly (notebook 05)."""
+    """The bundled model, its vocabulary padded to 768 rows so 2 ranks split it evenly (notebook 05)."""
     return Path(td.pad_vocabulary(BUNDLED, tmp_path_factory.mktemp("padded") / "model"))
 
 
@@ -70,9 +72,9 @@ def padded(tmp_path_factory) -> Path:
 def runs(request, padded, tmp_path_factory) -> dict:
     """One uninterrupted run and one whose rank 1 is SIGKILLed after step 3, on ``request.param``."""
     device, folder = request.param, tmp_path_factory.mktemp(f"checkpoints-{request.param}")
-    model = ["--model", str(padded)]
-    clean = _launch(["--nproc-per-node", "4", *TRAIN, *model, "--out", str(folder / "clean")], device)
-    killed = _launch(["--max-restarts", "1", "--nproc-per-node", "4", "tests/scripts/paused_rank.py", *TRAIN, *model,
+    model = ["--model", str(padded), "--tp-size", "1"]  # 1 x 2: FSDP, its optimizer state sharded too
+    clean = _launch(["--nproc-per-node", "2", *TRAIN, *model, "--out", str(folder / "clean")], device)
+    killed = _launch(["--max-restarts", "1", "--nproc-per-node", "2", "tests/scripts/paused_rank.py", *TRAIN, *model,
                       "--out", str(folder / "killed")], device, kill_after=r"rank 1 \(pid (\d+)\) logged step 3",
                      PAUSE_AT="1:3")
     return {"device": device, "folder": folder, "clean": clean, "killed": killed, "model": padded}
@@ -81,13 +83,13 @@ def runs(request, padded, tmp_path_factory) -> dict:
 def test_each_checkpoint_holds_every_ranks_shards_and_a_manifest_of_them(runs):
     checkpoint = runs["folder"] / "clean" / "checkpoint-2"
     manifest = td.check_checkpoint(checkpoint)
-    assert manifest["mesh"] == "tp 2 x fsdp 2" and manifest["world_size"] == 4 and manifest["step"] == 2
+    assert manifest["mesh"] == "tp 1 x fsdp 2" and manifest["world_size"] == 2 and manifest["step"] == 2
     shards = sorted(p.name for p in (checkpoint / td.SHARDS).iterdir())
-    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"]
-    assert {f"rng_state_{r}.pth" for r in range(4)} | {"scheduler.pt", "model.safetensors", "trainer_state.json",
-                                                       "sharded/__3_0.distcp"} <= set(manifest["files"])
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert {f"rng_state_{r}.pth" for r in range(2)} | {"scheduler.pt", "model.safetensors", "trainer_state.json",
+                                                       "sharded/__1_0.distcp"} <= set(manifest["files"])
     assert [p.name for p in td.checkpoints(runs["folder"] / "clean")] == ["checkpoint-2", "checkpoint-4"]
-    assert len(manifest["save_seconds"]) == 4 and all(seconds > 0 for seconds in manifest["save_seconds"])
+    assert len(manifest["save_seconds"]) == 2 and all(seconds > 0 for seconds in manifest["save_seconds"])
 
 
 def test_a_killed_rank_is_restarted_and_the_run_resumes_with_the_same_losses(runs):
@@ -97,11 +99,11 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_with_the_same_losses(run
     assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(clean, killed)), (clean, killed)
     out = runs["killed"]
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " in out and "--max-restarts=1" in out
-    assert "[trnlab] resumed from checkpoint-2 (step 2), written on tp 2 x fsdp 2, on tp 2 x fsdp 2" in out
+    assert "[trnlab] resumed from checkpoint-2 (step 2), written on tp 1 x fsdp 2, on tp 1 x fsdp 2" in out
     assert re.search(r"\[trnlab\] the run finished \(exit status 0\) in [\d.]+ s, after rank 1 failed \(exit status "
                      r"-9: SIGKILL\) and torchrun restarted every rank", out), out[-3000:]
     ranks = {"cpu": "cpu", "standin": "neuron"}[runs["device"]]
-    assert f"trained 4 steps on a 2 x 2 (tp x fsdp) mesh of {ranks} ranks" in out
+    assert f"trained 4 steps on a 1 x 2 (tp x fsdp) mesh of {ranks} ranks" in out
     assert _greedy(out) == _greedy(runs["clean"])
 
 
@@ -113,9 +115,9 @@ def _greedy(out: str) -> str:
 @pytest.mark.parametrize("runs", ["cpu"], indirect=True)  # one mesh change shows the resharding
 def test_checkpoint_2_resumes_on_another_mesh(runs, tmp_path):
     shutil.copytree(runs["folder"] / "clean" / "checkpoint-2", tmp_path / "checkpoint-2")
-    out = _launch(["--nproc-per-node", "2", *TRAIN, "--model", str(runs["model"]), "--tp-size", "1", "--resume",
+    out = _launch(["--nproc-per-node", "2", *TRAIN, "--model", str(runs["model"]), "--tp-size", "2", "--resume",
                    "--out", str(tmp_path)], "cpu")
-    assert "[trnlab] resumed from checkpoint-2 (step 2), written on tp 2 x fsdp 2, on tp 1 x fsdp 2" in out
+    assert "[trnlab] resumed from checkpoint-2 (step 2), written on tp 1 x fsdp 2, on tp 2 x fsdp 1" in out
     clean, other = _losses(runs["folder"] / "clean"), _losses(tmp_path)
     assert [s for s, _ in other] == [1, 2, 3, 4]
     assert all(abs(a - b) <= 1e-5 * abs(a) for (_, a), (_, b) in zip(clean, other)), (clean, other)

@@ -1,12 +1,13 @@
-"""Every command notebooks 05 and 06 and the README print for a learner to type runs, as printed, on CPU and on the
-STAND-IN neuron device: each is read from the text (a fenced block), not copied here. Only what a real cluster has
-is replaced, and each test says what: the hub model Qwen/Qwen3-8B (unreachable here) by tools/build_model.py's other
-tiny Qwen3 (4 key/value heads, so tp=4 still splits it), a node's 64 processes by 2 (4 ranks, on 2 cores), node 0's
-address by 127.0.0.1 and its port by a free one, the DLAMI's environment by this one. Every other argument stays.
-The Slurm script is submitted with sbatch to a real two-node Slurm on this machine (tests/slurm_cluster.py), once as
-printed and once with rank 1 SIGKILLed, so the script requeues the job. Each command runs in a folder holding
-`examples/` (the repository's) and `padded-model/` (notebook 05's padded copy of the bundled model). The ranks
-import Transformers, then train 2 steps."""
+"""Every command notebooks 05 and 06 and the README print for a learner to type runs, as printed, on the STAND-IN neuron
+device (the trn2 path), and the page's and the README's, which a laptop runs too, on CPU as well: each is read from
+the text (a fenced block), not copied here. The cluster lines' mesh is checked as printed, for their 64 processes a
+node, where the ranks check it. Only what a real cluster has is replaced, and each test says what: the hub model
+Qwen/Qwen3-8B (unreachable here) by tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still splits
+it), a node's 64 processes by 2 (4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, the
+DLAMI's environment by this one. Every other argument stays. The Slurm script is submitted with sbatch to a real
+two-node Slurm on this machine (tests/slurm_cluster.py), once as printed and once with rank 1 SIGKILLed, so the
+script requeues the job. Each command runs in a folder holding `examples/` (the repository's) and `padded-model/`
+(notebook 05's padded copy of the bundled model). The ranks import Transformers, then train 2 steps."""
 
 from __future__ import annotations
 
@@ -152,17 +153,17 @@ def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one
 
 
 @pytest.mark.own_launch("notebook 05's two node lines, run as printed")
-@pytest.mark.parametrize("device", DEVICES)
-def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder, device):
-    """05: both nodes' lines at once on 127.0.0.1, 2 processes each instead of 64, the other tiny model (~50 s)."""
+@needs_compiler
+def test_the_two_node_lines_run_as_a_loopback_rehearsal(folder):
+    """05: both nodes' lines at once on 127.0.0.1, 2 processes each instead of 64, the other tiny model (~20 s)."""
     port = _free_port()
     nodes = [_hub_to_other(line, folder).replace("--master-addr=10.0.0.1", "--master-addr=127.0.0.1")
              .replace("--master-port=29500", f"--master-port={port}")
              .replace("--nproc-per-node=64", "--nproc-per-node=2")
              for line in printed_commands("05") if "--nnodes=2" in line]
     assert len(nodes) == 2
-    out = _run(nodes, folder, device)
-    assert _trained(device, 4, 1, 32) in out
+    out = _run(nodes, folder, "standin")
+    assert _trained("standin", 4, 1, 32) in out
 
 
 def _slurm_job(folder: Path, wrap: str = "") -> str:
@@ -264,12 +265,12 @@ def test_a_killed_rank_fails_the_slurm_step_and_the_requeued_job_resumes_with_th
 
 
 @pytest.mark.own_launch("notebook 06's command, run as printed")
-@pytest.mark.parametrize("device", DEVICES)
-def test_notebook_06s_command_runs_with_four_processes(folder, device):
-    """06: one node, 4 processes instead of 64, the other tiny model (~35-45 s)."""
+@needs_compiler
+def test_notebook_06s_command_runs_with_four_processes(folder):
+    """06: one node, 4 processes instead of 64, the other tiny model (~20 s)."""
     line = _hub_to_other(_one("06", r"^torchrun"), folder).replace("--nproc-per-node=64", "--nproc-per-node=4")
-    out = _run([line], folder, device)
-    assert _trained(device, 4, 1, 16) in out
+    out = _run([line], folder, "standin")
+    assert _trained("standin", 4, 1, 16) in out
 
 
 @pytest.mark.own_launch("the README's launch lines, run as printed")
@@ -282,9 +283,25 @@ def test_the_readmes_launch_lines_run_as_printed(folder, device):
         assert "the run finished (exit status 0)" in out
 
 
+@pytest.mark.parametrize("source, world_size, fsdp_size", [("05", 128, 32), ("06", 64, 16)])
+def test_each_cluster_line_gives_its_mesh_as_printed(monkeypatch, source, world_size, fsdp_size):
+    """05's two node lines and 06's line, 64 processes a node and Qwen/Qwen3-8B as printed: the mesh and rows that
+    each rank's check_mesh (examples/train.py's first step) gives them; the runs above use fewer processes."""
+    lines = [line for line in printed_commands(source) if re.match(r"torchrun .*--nproc-per-node=64 ", line)]
+    assert len(lines) == {"05": 2, "06": 1}[source]
+    for line in lines:
+        launcher, script = line.split(" examples/train.py ")
+        given = dict(re.findall(r"--([\w-]+)=(\S+)", launcher))  # torchrun's options, printed as --name=value
+        assert int(given.get("nnodes", 1)) * int(given["nproc-per-node"]) == world_size, line
+        monkeypatch.setenv("WORLD_SIZE", str(world_size))  # torchrun sets it in every rank
+        args = dict(re.findall(r"--([\w-]+) (\S+)", script))
+        assert set(args) == {"model", "tp-size", "batch-size"} and args["model"] == HUB_MODEL, line
+        assert check_mesh(args["model"], int(args["tp-size"]), batch_size=int(args["batch-size"])) == {
+            "tp_size": 4, "fsdp_size": fsdp_size, "rank_batch_size": 1}
+
+
 def test_check_mesh_gives_fsdp_the_other_ranks_and_refuses_what_would_leave_a_rank_without_rows(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "128")
-    assert check_mesh("Qwen/Qwen3-8B", 4, batch_size=32) == {"tp_size": 4, "fsdp_size": 32, "rank_batch_size": 1}
     with pytest.raises(trnlab.SettingError, match=r"--batch-size 8 does not split over fsdp_size=32 ranks: give a "
                                                   r"multiple of 32"):
         check_mesh("Qwen/Qwen3-8B", 4, batch_size=8)  # notebook 05's old cluster line: 8 // 32 = 0 rows
