@@ -286,7 +286,7 @@ def test_the_readmes_launch_lines_run_as_printed(folder, device):
 @pytest.mark.parametrize("source, world_size, fsdp_size", [("05", 128, 32), ("06", 64, 16)])
 def test_each_cluster_line_gives_its_mesh_as_printed(monkeypatch, source, world_size, fsdp_size):
     """05's two node lines and 06's line, 64 processes a node and Qwen/Qwen3-8B as printed: the mesh and rows that
-    each rank's check_mesh (examples/train.py's first step) gives them; the runs above use fewer processes."""
+    each rank's check_mesh gives them (the first thing examples/train.py does); the runs above use fewer processes."""
     lines = [line for line in printed_commands(source) if re.match(r"torchrun .*--nproc-per-node=64 ", line)]
     assert len(lines) == {"05": 2, "06": 1}[source]
     for line in lines:
@@ -300,7 +300,7 @@ def test_each_cluster_line_gives_its_mesh_as_printed(monkeypatch, source, world_
             "tp_size": 4, "fsdp_size": fsdp_size, "rank_batch_size": 1}
 
 
-def test_check_mesh_gives_fsdp_the_other_ranks_and_refuses_what_would_leave_a_rank_without_rows(monkeypatch):
+def test_check_mesh_refuses_what_would_leave_a_rank_without_rows_or_split_a_key_value_head(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "128")
     with pytest.raises(trnlab.SettingError, match=r"--batch-size 8 does not split over fsdp_size=32 ranks: give a "
                                                   r"multiple of 32"):
