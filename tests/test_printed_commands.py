@@ -1,19 +1,22 @@
 """Every command notebooks 05 and 06 and the README print for a learner to type runs, as printed, on the STAND-IN neuron
-device (the trn2 path), and the page's and the README's, which a laptop runs too, on CPU as well: each is read from
-the text (a fenced block), not copied here. The cluster lines' mesh is checked as printed, for their 64 processes a
-node, where the ranks check it. Only what a real cluster has is replaced, and each test says what: the hub model
-Qwen/Qwen3-8B (unreachable here) by tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still splits
-it), a node's 64 processes by 2 (4 ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, the
-DLAMI's environment by this one. Every other argument stays. The Slurm script is submitted with sbatch to a real
-two-node Slurm on this machine (tests/slurm_cluster.py), once as printed and once with rank 1 SIGKILLed, so the
-script requeues the job. Each command runs in a folder holding `examples/` (the repository's) and `padded-model/`
-(notebook 05's padded copy of the bundled model). The ranks import Transformers, then train 2 steps."""
+device (the trn2 path); each is read from the text (a fenced block), not copied here. The page's and the README's, which
+a laptop runs too, are also checked as printed for CPU: parsed into the torchrun command `launch` builds there and
+the mesh that each rank's first step, check_mesh, gives (examples/train.py trains on CPU gloo in
+tests/test_checkpoints.py and notebook 07). So are the cluster lines, for their 64 processes a node. Only what a real
+cluster has is replaced, and each test says what: the hub model Qwen/Qwen3-8B (unreachable here) by
+tools/build_model.py's other tiny Qwen3 (4 key/value heads, so tp=4 still splits it), a node's 64 processes by 2 (4
+ranks, on 2 cores), node 0's address by 127.0.0.1 and its port by a free one, the DLAMI's environment by this one.
+Every other argument stays. The Slurm script is submitted with sbatch to a real two-node Slurm on this machine
+(tests/slurm_cluster.py), once as printed and once with rank 1 SIGKILLed, so the script requeues the job. Each command
+runs in a folder holding `examples/` (the repository's) and `padded-model/` (notebook 05's padded copy of the bundled
+model). The ranks import Transformers, then train 2 steps."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -27,13 +30,14 @@ import trnlab
 from tests.slurm_cluster import job_id, slurm  # noqa: F401 (a fixture)
 from tests.test_checkpoints import _losses
 from tests.test_standin import needs_compiler
+from trnlab.__main__ import main
 from trnlab.launcher import check_mesh
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"05": ROOT / "notebooks" / "05_distributed.ipynb", "06": ROOT / "notebooks" / "06_planning.ipynb",
            "README": ROOT / "README.md"}
 HUB_MODEL = "Qwen/Qwen3-8B"
-DEVICES = ["cpu", pytest.param("standin", marks=needs_compiler)]
+TRAIN_DEFAULTS = {"model": None, "tp-size": "2", "batch-size": "8"}  # examples/train.py's, for what a line leaves out
 RANKS = {"cpu": "cpu", "standin": "neuron"}  # the device each rank trained on
 
 
@@ -140,16 +144,47 @@ def test_every_printed_distributed_command_is_one_this_file_runs():
 
 
 @pytest.mark.own_launch("notebook 05's commands, run as printed")
-@pytest.mark.parametrize("device", DEVICES)
-def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one(folder, device):
-    """05: the page's command, then with section 3's padded copy (~90 s a device)."""
+@needs_compiler
+def test_the_pages_command_refuses_the_unpadded_model_then_trains_the_padded_one(folder):
+    """05: the page's command, then with section 3's padded copy, on the stand-in (~50 s)."""
     bare = _one("05", r"train\.py$")
-    run = subprocess.run(bare, shell=True, cwd=folder, env=_env(device, folder), capture_output=True, text=True,
+    run = subprocess.run(bare, shell=True, cwd=folder, env=_env("standin", folder), capture_output=True, text=True,
                          timeout=300)
     assert run.returncode != 0 and "vocab_size=761 does not divide by tp_size * fsdp_size = 4" in run.stderr
     assert "pad_vocabulary" in run.stderr  # the error names its fix
-    out = _run([_one("05", r"--model padded-model$")], folder, device)
-    assert _trained(device, 2, 2, 4) in out
+    out = _run([_one("05", r"--model padded-model$")], folder, "standin")
+    assert _trained("standin", 2, 2, 4) in out
+
+
+def _mesh_as_printed(line: str, monkeypatch) -> dict:
+    """What each rank's first step, examples/train.py's check_mesh, gives the torchrun ``line`` as printed: WORLD_SIZE
+    is --nnodes x --nproc-per-node, as torchrun sets it; a refusal raises."""
+    launcher, script = line.split(" examples/train.py")
+    given = {name.replace("_", "-"): value for name, value in re.findall(r"--([\w-]+)=(\S+)", launcher)}
+    monkeypatch.setenv("WORLD_SIZE", str(int(given.get("nnodes", 1)) * int(given["nproc-per-node"])))
+    args = {**TRAIN_DEFAULTS, **dict(re.findall(r"--([\w-]+) (\S+)", script))}
+    assert set(args) == set(TRAIN_DEFAULTS), line
+    return check_mesh(trnlab.model_name(args["model"]), int(args["tp-size"]), batch_size=int(args["batch-size"]))
+
+
+@pytest.mark.usefixtures("no_accelerator")
+def test_on_cpu_the_pages_and_the_readmes_commands_give_their_mesh_as_printed(folder, monkeypatch, capsys):
+    """05's two commands and the README's two lines on a laptop: the torchrun command `launch` builds (--dry-run),
+    then each rank's mesh check; the stand-in runs train them to the end."""
+    monkeypatch.chdir(folder)
+    with pytest.raises(trnlab.PlanError, match=r"vocab_size=761 does not divide by tp_size \* fsdp_size = 4: .*"
+                                               r"pad_vocabulary"):
+        _mesh_as_printed(_one("05", r"train\.py$"), monkeypatch)
+    assert _mesh_as_printed(_one("05", r"--model padded-model$"), monkeypatch) == {
+        "tp_size": 2, "fsdp_size": 2, "rank_batch_size": 4}
+    cores = {"--nproc-per-node 2": "", "--neuron-cores 2-3": "-m trnlab.rank_cores 2-3 "}
+    for line, option in zip(printed_commands("README"), cores):
+        command, *argv = shlex.split(line)[3:]  # after python -m trnlab
+        assert option in line and main([command, "--dry-run", *argv]) == 0
+        torchrun, plan = capsys.readouterr().out.splitlines()
+        assert torchrun == f"torchrun --standalone --nproc-per-node=2 {cores[option]}examples/train.py --tp-size 2"
+        assert plan.startswith("# 2 process(es) on cpu, backend gloo")
+        assert _mesh_as_printed(torchrun, monkeypatch) == {"tp_size": 2, "fsdp_size": 1, "rank_batch_size": 8}
 
 
 @pytest.mark.own_launch("notebook 05's two node lines, run as printed")
@@ -274,30 +309,25 @@ def test_notebook_06s_command_runs_with_four_processes(folder):
 
 
 @pytest.mark.own_launch("the README's launch lines, run as printed")
-@pytest.mark.parametrize("device", DEVICES)
-def test_the_readmes_launch_lines_run_as_printed(folder, device):
-    """README: both `python -m trnlab launch` lines, unchanged (~45-55 s for the two)."""
+@needs_compiler
+def test_the_readmes_launch_lines_run_as_printed(folder):
+    """README: both `python -m trnlab launch` lines, unchanged, on the stand-in (~25 s for the two)."""
     for line in printed_commands("README"):
-        out = _run([line], folder, device)
-        assert _trained(device, 2, 1, 8) in out, line
+        out = _run([line], folder, "standin")
+        assert _trained("standin", 2, 1, 8) in out, line
         assert "the run finished (exit status 0)" in out
 
 
 @pytest.mark.parametrize("source, world_size, fsdp_size", [("05", 128, 32), ("06", 64, 16)])
 def test_each_cluster_line_gives_its_mesh_as_printed(monkeypatch, source, world_size, fsdp_size):
     """05's two node lines and 06's line, 64 processes a node and Qwen/Qwen3-8B as printed: the mesh and rows that
-    each rank's check_mesh gives them (the first thing examples/train.py does); the runs above use fewer processes."""
+    each rank's check_mesh gives them; the runs above use fewer processes."""
     lines = [line for line in printed_commands(source) if re.match(r"torchrun .*--nproc-per-node=64 ", line)]
     assert len(lines) == {"05": 2, "06": 1}[source]
     for line in lines:
-        launcher, script = line.split(" examples/train.py ")
-        given = dict(re.findall(r"--([\w-]+)=(\S+)", launcher))  # torchrun's options, printed as --name=value
-        assert int(given.get("nnodes", 1)) * int(given["nproc-per-node"]) == world_size, line
-        monkeypatch.setenv("WORLD_SIZE", str(world_size))  # torchrun sets it in every rank
-        args = dict(re.findall(r"--([\w-]+) (\S+)", script))
-        assert set(args) == {"model", "tp-size", "batch-size"} and args["model"] == HUB_MODEL, line
-        assert check_mesh(args["model"], int(args["tp-size"]), batch_size=int(args["batch-size"])) == {
-            "tp_size": 4, "fsdp_size": fsdp_size, "rank_batch_size": 1}
+        assert f"--model {HUB_MODEL} " in line
+        assert _mesh_as_printed(line, monkeypatch) == {"tp_size": 4, "fsdp_size": fsdp_size, "rank_batch_size": 1}
+        assert os.environ["WORLD_SIZE"] == str(world_size)
 
 
 def test_check_mesh_refuses_what_would_leave_a_rank_without_rows_or_split_a_key_value_head(monkeypatch):
