@@ -34,7 +34,7 @@ STANDIN_NOTICE = ("STAND-IN neuron device: host memory and CPU kernels, not Trai
                   "nothing measured here is Trainium's")
 #: ``torch_neuronx.__version__`` on the stand-in.
 STANDIN_VERSION = "0.0.0+trnlab.standin"
-_SOURCES = [Path(__file__).with_name(name) for name in ("standin.cpp", "c10d.cpp")]
+_SOURCES = [Path(__file__).with_name(name) for name in ("standin.cpp", "c10d.h")]  # standin.cpp includes c10d.h
 _NAME = "trnlab_neuron_standin"
 _CFLAGS = ["-O1"]  # at -O0 the fallback costs more than a small op's CPU kernel; -O2 builds 40% longer, no faster
 _loaded = []  # the extension, once loaded: its kernels register once per process
@@ -76,7 +76,7 @@ def _extension():
 
         folder.mkdir(parents=True, exist_ok=True)
         try:  # load() locks the folder: processes starting together build once
-            module = cpp_extension.load(_NAME, [str(p) for p in _SOURCES], extra_cflags=_CFLAGS,
+            module = cpp_extension.load(_NAME, [str(_SOURCES[0])], extra_cflags=_CFLAGS,
                                         build_directory=str(folder))
         except Exception as error:
             raise NotAvailableError(f"building {_SOURCES[0].parent} in {folder} failed: {error}; it needs a C++20 compiler "

@@ -532,11 +532,11 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {  // TorchNeuron's policy: PyT
 }
 }  // namespace at::autocast
 
-void register_c10d(pybind11::module& m);  // c10d.cpp: the `neuron` process group
+#include "c10d.h"  // the `neuron` process group
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "STAND-IN neuron device: host memory and CPU kernels, not Trainium";
-  register_c10d(m);
+  standin_c10d::register_c10d(m);
   m.def("set_device_count", &set_device_count);
   m.def("set_rank_device", &set_rank_device);
   m.def("device_count", [] { return static_cast<int>(g_count); });

@@ -2,12 +2,14 @@
 // CPU views of the neuron tensors' host memory (no copies), so that init_process_group("neuron"),
 // init_device_mesh("neuron", ...), DDP, FSDP2 and DTensor run on the stand-in device. Not NeuronLink/EFA, not
 // Trainium's collectives: results are gloo's. After PyTorch's test/cpp_extensions/cpp_c10d_extension.cpp.
+// Included by standin.cpp: one translation unit, so the torch headers are compiled once.
+#pragma once
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
-namespace {
+namespace standin_c10d {
 using c10d::Backend;
 using c10d::Work;
 using Tensors = std::vector<at::Tensor>;
@@ -258,7 +260,6 @@ class NeuronBackend final : public Backend {
   c10::intrusive_ptr<Backend> gloo_;
   c10::DeviceIndex device_;
 };
-}  // namespace
 
 void register_c10d(pybind11::module& m) {
   pybind11::class_<NeuronBackend, Backend, c10::intrusive_ptr<NeuronBackend>>(m, "NeuronBackend")
@@ -269,3 +270,4 @@ void register_c10d(pybind11::module& m) {
       .def_property_readonly("gloo", &NeuronBackend::gloo)
       .def_property_readonly("device", &NeuronBackend::device);
 }
+}  // namespace standin_c10d
